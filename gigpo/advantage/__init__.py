@@ -1,0 +1,1 @@
+"""Advantage estimators: pure functions over flat per-step rows (GiGPO, GRPO, RLOO, PPO-GAE)."""

@@ -1,0 +1,267 @@
+"""Typed recipes: one pydantic model per section, loaded from YAML with inheritance and overrides.
+
+A recipe is a YAML file whose top-level keys are the sections below. `base: other.yaml` (relative to
+the recipe) is loaded first and the recipe's keys are merged over it. Command-line overrides
+`section.key=value` are applied last; values are parsed as YAML scalars (`1e-6`, `true`, `[1, 2]`).
+
+Every default lives here, once. Unknown keys and wrong types are errors that name the key.
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class RecipeError(ValueError):
+    """A recipe or override that cannot be turned into a valid config; the message says what to fix."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    """Which policy to train: a Hugging Face id/directory, or a small model built locally."""
+
+    path: Optional[str] = None
+    """Hugging Face model id or local directory (loaded with from_pretrained, unchanged code path)."""
+    init: Optional[str] = None
+    """Build a model locally from a preset (tiny, small, base05b); cached by config hash."""
+    corpus: Optional[str] = None
+    """Text file to train the local tokenizer on (with `init`); default: built-in environment texts."""
+    dtype: Literal["bf16", "fp32"] = "bf16"
+    gradient_checkpointing: bool = False
+    seed: int = 0
+    """Seed for the weights of a locally built model."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelConfig":
+        if self.path and self.init:
+            raise ValueError("set either model.path or model.init, not both")
+        return self
+
+
+class RolloutConfig(Section):
+    """How actions are generated: backend, sampling, and weight sync."""
+
+    backend: Literal["hf", "vllm", "vllm-server"] = "vllm"
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(512, gt=0)
+    max_prompt_tokens: int = Field(2048, gt=0)
+    eval_temperature: float = Field(0.4, ge=0.0)
+    stop: list[str] = Field(default_factory=list)
+    verify_sync: bool = False
+    """After every weight sync, compare generator and trainer log-probs on a probe sequence."""
+    server_urls: list[str] = Field(default_factory=list)
+    """vllm-server: connect to these servers instead of starting our own."""
+    num_servers: int = Field(1, ge=1)
+    """vllm-server: how many servers to start and supervise on this machine."""
+    kv_cache_gb: float = Field(1.0, gt=0)
+    """vLLM on CPU: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE)."""
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1.0)
+    enable_prefix_caching: bool = True
+    max_num_seqs: int = Field(256, gt=0)
+    request_timeout_s: float = Field(300.0, gt=0)
+
+
+class EnvConfig(Section):
+    """Which environment, how many tasks and group members, and how episodes run."""
+
+    id: str = "gigpo/Sokoban-v0"
+    """Gymnasium id of a registered agent environment."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    num_groups: int = Field(16, ge=1)
+    """B: tasks per iteration."""
+    group_size: int = Field(8, ge=1)
+    """N: trajectories per task, all reset from the same seed."""
+    max_steps: int = Field(50, ge=1)
+    history_length: int = Field(2, ge=0)
+    """K: how many past (observation, action) pairs the prompt shows."""
+    invalid_action_penalty: float = 0.1
+    workers: Optional[int] = Field(None, ge=1)
+    """Env worker processes; default: the machine's core count."""
+    step_timeout_s: float = Field(60.0, gt=0)
+    train_seed_start: int = 0
+    eval_seed_start: int = 1_000_000_000
+    """Evaluation seeds start here: disjoint from training seeds by construction."""
+    eval_episodes: int = Field(128, ge=1)
+    prompt_template: Optional[str] = None
+    """Override the environment's prompt template (Python format string; see docs/envs.md)."""
+
+
+class AlgorithmConfig(Section):
+    """Advantage estimator and PPO-clip loss."""
+
+    estimator: str = "gigpo"
+    gamma: float = Field(0.95, ge=0.0, le=1.0)
+    lam: float = Field(0.95, ge=0.0, le=1.0)
+    step_weight: float = 1.0
+    norm: Literal["std", "mean"] = "std"
+    episode_stats: Literal["trajectory", "steps"] = "trajectory"
+    similarity: Optional[float] = Field(None, gt=0.0, le=1.0)
+    """Similarity threshold for anchor grouping; None groups by exact anchor."""
+    dynamic_sampling: bool = False
+    max_resample: int = Field(3, ge=0)
+    clip_low: float = Field(0.2, ge=0.0)
+    clip_high: float = Field(0.2, ge=0.0)
+    kl_coef: float = Field(0.01, ge=0.0)
+    entropy_coef: float = Field(0.001)
+    loss_agg: Literal["token-mean", "seq-mean"] = "token-mean"
+
+
+class TrainerConfig(Section):
+    """Optimisation, parallelism, checkpoints."""
+
+    iterations: int = Field(150, ge=1)
+    lr: float = Field(1e-6, gt=0)
+    critic_lr: float = Field(1e-5, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    ppo_epochs: int = Field(1, ge=1)
+    mini_batch_size: int = Field(256, ge=1)
+    """Step rows per optimiser step."""
+    micro_token_budget: int = Field(16384, ge=1)
+    """Tokens per micro-batch (dynamic batch size): samples are packed up to this many tokens."""
+    zero_stage: int = Field(2, ge=0, le=3)
+    nprocs: int = Field(1, ge=1)
+    seed: int = 0
+    run_dir: str = "runs/default"
+    save_every: int = Field(10, ge=1)
+    keep_last: int = Field(2, ge=1)
+    eval_every: int = Field(10, ge=1)
+    sft_steps: int = Field(0, ge=0)
+    """Supervised warm-up steps on expert demonstrations before RL (environments with an expert)."""
+    sft_lr: float = Field(1e-3, gt=0)
+    sft_batch_size: int = Field(128, ge=1)
+
+
+class LoggingConfig(Section):
+    """Where metrics go."""
+
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
+    wandb_project: str = "gigpo"
+    log_rollouts: bool = False
+    """Also write the rollout rows (gigpo advantage JSONL format) to the run directory."""
+    progress: bool = True
+
+
+class Config(Section):
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @model_validator(mode="after")
+    def _model_source(self) -> "Config":
+        if not self.model.path and not self.model.init:
+            raise ValueError("the recipe names no model: set model.path (HF id or directory) or model.init (a preset)")
+        return self
+
+
+# --------------------------------------------------------------------------- loading
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise RecipeError(f"recipe file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"recipe {path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RecipeError(f"recipe {path} must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and key != "kwargs":
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _load_with_bases(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    path = path.resolve()
+    if path in seen:
+        raise RecipeError(f"recipe inheritance loops: {' -> '.join(str(p) for p in seen + (path,))}")
+    data = _read_yaml(path)
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    return _deep_merge(_load_with_bases(path.parent / base, seen + (path,)), data)
+
+
+def _valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        keys.append(prefix + name)
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys.extend(_valid_keys(ann, prefix + name + "."))
+    return keys
+
+
+def _apply_override(data: dict[str, Any], override: str) -> None:
+    if "=" not in override:
+        raise RecipeError(f"override {override!r} must look like section.key=value")
+    dotted, raw = override.split("=", 1)
+    parts = dotted.strip().split(".")
+    if len(parts) < 2 or not all(parts):
+        raise RecipeError(f"override {override!r} must name a section and a key, e.g. trainer.lr=1e-6")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise RecipeError(f"override {override!r}: {part} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _describe(error: dict[str, Any], data: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in error["loc"] if not str(p).startswith("function-"))
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(loc, _valid_keys(Config), n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        return f"unknown key {loc}{hint}"
+    if kind == "value_error" or not loc:
+        return str(error["msg"]).removeprefix("Value error, ")
+    expected = error["msg"]
+    return f"{loc}={error.get('input')!r} is invalid: {expected}"
+
+
+def build_config(data: dict[str, Any], source: str = "<recipe>") -> Config:
+    """Validate a merged recipe mapping; raise RecipeError naming every bad key."""
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        problems = "\n  ".join(_describe(e, data) for e in exc.errors())
+        raise RecipeError(f"invalid recipe {source}:\n  {problems}") from None
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Load a recipe with its bases, apply `section.key=value` overrides, and validate."""
+    data = _load_with_bases(Path(path))
+    for override in overrides:
+        _apply_override(data, override)
+    return build_config(data, str(path))
+
+
+def dump_config(config: Config) -> str:
+    """The resolved config as YAML, in section order (what `gigpo config` prints and runs save)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,130 @@
+"""The one class a user subclasses to add an environment: a Gymnasium env with text in and text out.
+
+An agent environment owns its task instruction, its action format and its action parser. The
+trainer only ever sees Gymnasium's API: `reset(seed=) -> (obs, info)` and
+`step(text) -> (obs, reward, terminated, truncated, info)`, where `info` always carries:
+
+    anchor              the state GiGPO groups steps by (default: the observation text)
+    admissible_actions  list of valid action strings, or None when any parsed action is allowed
+    action_valid        whether the model's text parsed into an admissible action
+    invalid_reason      why not ("" when valid)
+    won                 whether the task is solved
+
+An invalid action does not advance the environment; the step reward is `-invalid_action_penalty`.
+Subclasses implement `_reset` and `_step` over already-validated actions.
+"""
+from __future__ import annotations
+
+import re
+import string
+from typing import Any, Optional
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+# Text spaces default to letters and digits only; agents read and write punctuation and newlines.
+TEXT_CHARSET = frozenset(string.printable)
+MAX_TEXT_LENGTH = 65536
+
+_ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL)
+_THINK_PREFIX_RE = re.compile(r"^\s*(<think>.*?</think>)?\s*<action>", re.DOTALL)
+
+
+def text_space(max_length: int = MAX_TEXT_LENGTH) -> spaces.Text:
+    return spaces.Text(max_length=max_length, min_length=0, charset=TEXT_CHARSET)
+
+
+def parse_tagged_action(text: str) -> tuple[Optional[str], str]:
+    """`<think>...</think>` (optional) then `<action>X</action>` -> (X, ""), else (None, reason)."""
+    if not _THINK_PREFIX_RE.match(text):
+        if "<action>" not in text:
+            return None, "no <action>...</action> tag"
+        return None, "only <think>...</think> may come before <action>"
+    match = _ACTION_RE.search(text)
+    if match is None:
+        return None, "unclosed <action> tag"
+    action = match.group(1).strip()
+    if not action:
+        return None, "empty action"
+    return action, ""
+
+
+class AgentEnv(gym.Env):
+    """Base class of gigpo environments: text observations, free-text actions, GiGPO anchors."""
+
+    metadata = {"render_modes": ["ansi"]}
+    #: What the agent is asked to do; shown at the top of every prompt. Set in `_reset` if per-task.
+    task: str = ""
+    #: How the agent must phrase its answer; appended to every prompt.
+    action_format: str = (
+        "First reason inside <think> </think>, then give exactly one action inside <action> </action>."
+    )
+
+    def __init__(self, invalid_action_penalty: float = 0.1, render_mode: Optional[str] = None) -> None:
+        self.observation_space = text_space()
+        self.action_space = text_space()
+        self.invalid_action_penalty = float(invalid_action_penalty)
+        self.render_mode = render_mode
+        self._observation = ""
+        self._won = False
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _reset(self, options: Optional[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+        """Start a task using `self.np_random` (seeded by Gymnasium); return (observation, extra info)."""
+        raise NotImplementedError
+
+    def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        """Apply a parsed, admissible action; return (observation, reward, terminated, extra info)."""
+        raise NotImplementedError
+
+    def admissible_actions(self) -> Optional[list[str]]:
+        """Valid actions in the current state, or None if any parsed action is accepted."""
+        return None
+
+    def anchor(self) -> str:
+        """The state identity GiGPO groups by. Override when the display text is ambiguous."""
+        return self._observation
+
+    def parse_action(self, text: str) -> tuple[Optional[str], str]:
+        """Model text -> (action, "") or (None, reason). Default: the first <action>...</action>."""
+        return parse_tagged_action(text)
+
+    def won(self) -> bool:
+        return self._won
+
+    # ------------------------------------------------------------------ Gymnasium API
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict[str, Any]] = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._won = False
+        self._observation, extra = self._reset(options)
+        return self._observation, self._info(True, "", extra)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        parsed, reason = self.parse_action(action)
+        allowed = self.admissible_actions()
+        if parsed is not None and allowed is not None and parsed not in allowed:
+            parsed, reason = None, f"{parsed!r} is not an admissible action"
+        if parsed is None:
+            return self._observation, -self.invalid_action_penalty, False, False, self._info(False, reason, {})
+        self._observation, reward, terminated, extra = self._step(parsed)
+        return self._observation, float(reward), bool(terminated), False, self._info(True, "", extra)
+
+    def render(self) -> Optional[str]:
+        return self._observation if self.render_mode == "ansi" else None
+
+    def _info(self, valid: bool, reason: str, extra: dict[str, Any]) -> dict[str, Any]:
+        info = {
+            "anchor": self.anchor(),
+            "admissible_actions": self.admissible_actions(),
+            "action_valid": valid,
+            "invalid_reason": reason,
+            "won": self.won(),
+        }
+        info.update(extra)
+        return info
+
+
+def rng_seed(rng: np.random.Generator) -> int:
+    """A plain int drawn from Gymnasium's seeded generator, for libraries that want one."""
+    return int(rng.integers(0, 2**31 - 1))

@@ -1,0 +1,1 @@
+"""DeepSpeed engines, PPO-clip losses and the training loop."""

