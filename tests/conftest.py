@@ -1,0 +1,21 @@
+"""Shared fixtures: small local models (no hub), and CPU settings for vLLM and DeepSpeed."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# vLLM on CPU sizes its KV cache from this (GiB); the default share of a NUMA node fails here.
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """A tiny Qwen2 model and tokenizer built locally (cached by config hash across runs)."""
+    from gigpo.local_model import cached_local_model
+
+    return cached_local_model("tiny")
