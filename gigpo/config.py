@@ -236,7 +236,7 @@ def _describe(error: dict[str, Any], data: dict[str, Any]) -> str:
     loc = ".".join(str(p) for p in error["loc"] if not str(p).startswith("function-"))
     kind = error["type"]
     if kind == "extra_forbidden":
-        close = difflib.get_close_matches(loc, _valid_keys(Config), n=1, cutoff=0.5)
+        close = difflib.get_close_matches(loc, _valid_keys(Config), n=1, cutoff=0.75)
         hint = f"; did you mean {close[0]}?" if close else ""
         return f"unknown key {loc}{hint}"
     if kind == "value_error" or not loc:

@@ -1,0 +1,76 @@
+"""`gigpo model init` builds a directory that transformers and vLLM load like any HF model."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gigpo.local_model import IM_END, PRESETS, cached_local_model, resolve_model_path
+
+MESSAGES = [{"role": "system", "content": "You push boxes."}, {"role": "user", "content": "Your task is to: go up."}]
+
+
+@pytest.fixture(scope="module")
+def cli_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("model") / "tiny"
+    proc = subprocess.run([sys.executable, "-m", "gigpo.cli", "model", "init", "--out", str(out), "--preset", "tiny"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_transformers_loads_generates_and_applies_chat_template(cli_model: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(cli_model)
+    model = AutoModelForCausalLM.from_pretrained(cli_model)
+    assert model.config.model_type == "qwen2"
+    text = tok.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
+    assert text == ("<|im_start|>system\nYou push boxes.<|im_end|>\n<|im_start|>user\nYour task is to: go up.<|im_end|>\n"
+                    "<|im_start|>assistant\n")
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    # Special tokens must be single ids, or the chat format breaks for the model.
+    assert ids.count(tok.convert_tokens_to_ids("<|im_start|>")) == 3
+    assert tok.decode(ids) == text
+    assert tok.eos_token == IM_END
+    out = model.generate(torch.tensor([ids]), max_new_tokens=5, do_sample=False)
+    assert out.shape[1] > len(ids)
+
+
+def test_vllm_loads_and_generates_like_transformers(cli_model: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from vllm import LLM, SamplingParams
+
+    tok = AutoTokenizer.from_pretrained(cli_model)
+    ids = tok.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
+    prompt = tok(ids, add_special_tokens=False)["input_ids"]
+    llm = LLM(model=str(cli_model), dtype="float32", enforce_eager=True, seed=0)
+    try:
+        result = llm.generate([{"prompt_token_ids": prompt}], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True),
+                              use_tqdm=False)
+        vllm_tokens = list(result[0].outputs[0].token_ids)
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+    model = AutoModelForCausalLM.from_pretrained(cli_model, dtype=torch.float32)
+    hf = model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False, eos_token_id=None, min_new_tokens=8)
+    assert vllm_tokens == hf[0, len(prompt):].tolist()
+
+
+def test_cache_builds_once_and_resolve_keeps_hub_ids(tmp_path: Path) -> None:
+    first = cached_local_model("tiny", cache_dir=tmp_path)
+    mtime = (first / "config.json").stat().st_mtime_ns
+    again = cached_local_model("tiny", cache_dir=tmp_path)
+    assert again == first and (again / "config.json").stat().st_mtime_ns == mtime
+    assert cached_local_model("tiny", seed=1, cache_dir=tmp_path) != first
+    assert resolve_model_path("Qwen/Qwen2.5-7B-Instruct", None) == "Qwen/Qwen2.5-7B-Instruct"
+    with pytest.raises(ValueError, match="unknown model preset 'huge'"):
+        cached_local_model("huge", cache_dir=tmp_path)
+
+
+def test_presets_have_head_dims_vllm_cpu_supports() -> None:
+    for name, spec in PRESETS.items():
+        assert spec.hidden_size // spec.num_attention_heads in (32, 64, 80, 96, 112, 128), name
