@@ -136,10 +136,16 @@ class TrainerConfig(Section):
     save_every: int = Field(10, ge=1)
     keep_last: int = Field(2, ge=1)
     eval_every: int = Field(10, ge=1)
+    max_env_steps: Optional[int] = Field(None, ge=1)
+    """Stop once this many environment steps were trained on (a budget for comparisons)."""
     sft_steps: int = Field(0, ge=0)
     """Supervised warm-up steps on expert demonstrations before RL (environments with an expert)."""
     sft_lr: float = Field(1e-3, gt=0)
     sft_batch_size: int = Field(128, ge=1)
+    sft_rooms: int = Field(3000, ge=1)
+    """Tasks whose states the warm-up demonstrations come from."""
+    sft_expert_share: float = Field(0.7, ge=0.0, le=1.0)
+    """Share of expert moves in the policy that visits demonstration states (the rest are random)."""
 
 
 class LoggingConfig(Section):

@@ -1,0 +1,380 @@
+"""The training loop, top to bottom: rollout -> advantage -> log-probs -> update -> weight sync -> log.
+
+    gigpo train recipes/sokoban_tiny.yaml trainer.iterations=2
+    gigpo train recipes/alfworld_7b.yaml --resume
+
+One controller drives everything. With `trainer.nprocs > 1` every DeepSpeed rank runs this same
+function; rank 0 alone owns the environment pool, the generator and the logs, and broadcasts each
+iteration's training samples to the other ranks, which join the forward/backward passes and the
+checkpoint. Seeds of iteration i depend only on (trainer.seed, i), so a resumed run replays exactly
+the iterations a crash interrupted.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import resource
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from gigpo.config import Config, dump_config
+
+
+class TrainingAborted(RuntimeError):
+    """Training stopped on corrupted state (NaN/inf); nothing corrupt was saved."""
+
+
+# --------------------------------------------------------------------------- seeds and guards
+
+def train_seeds(config: Config, iteration: int, draw: int = 0) -> list[int]:
+    """Task seeds of an iteration's B groups (draw > 0: dynamic sampling's re-draws); disjoint per run seed."""
+    b = config.env.num_groups
+    base = config.env.train_seed_start + config.trainer.seed * 10_000_000 + ((iteration - 1) * (config.algorithm.max_resample + 1) + draw) * b
+    return list(range(base, base + b))
+
+
+def eval_seeds(config: Config, episodes: Optional[int] = None) -> list[int]:
+    n = episodes or config.env.eval_episodes
+    return list(range(config.env.eval_seed_start, config.env.eval_seed_start + n))
+
+
+def check_finite(name: str, values: Any, iteration: int, phase: str) -> None:
+    array = np.asarray(values, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(array))
+    if bad.size:
+        raise TrainingAborted(f"iteration {iteration}, phase {phase}: {name} has {bad.size} non-finite value(s) "
+                              f"(first at index {int(bad[0])}: {array[bad[0]]}); stopping before anything is saved")
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory of this process and its finished children (Linux reports KiB)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (own + children) / 2**20
+
+
+# --------------------------------------------------------------------------- building blocks
+
+def build_generator(config: Config, model_path: str):
+    from gigpo.rollout.generator import make_generator
+
+    r = config.rollout
+    return make_generator(r.backend, model_path, dtype=config.model.dtype, seed=config.trainer.seed,
+                          kv_cache_gb=r.kv_cache_gb, gpu_memory_utilization=r.gpu_memory_utilization,
+                          enable_prefix_caching=r.enable_prefix_caching, max_num_seqs=r.max_num_seqs,
+                          max_model_len=r.max_prompt_tokens + r.max_new_tokens, request_timeout_s=r.request_timeout_s,
+                          server_urls=r.server_urls, num_servers=r.num_servers)
+
+
+def build_pool(config: Config):
+    from gigpo.envs.pool import EnvPool
+
+    e = config.env
+    kwargs = {"invalid_action_penalty": e.invalid_action_penalty, **e.kwargs}
+    return EnvPool(e.id, env_kwargs=kwargs, max_steps=e.max_steps, workers=e.workers, step_timeout_s=e.step_timeout_s)
+
+
+def build_prompt_fn(config: Config, tokenizer):
+    from gigpo.envs.prompt import PromptBuilder
+
+    return PromptBuilder(tokenizer, history_length=config.env.history_length, template=config.env.prompt_template)
+
+
+def sampling(config: Config, evaluation: bool, seed: Optional[int]):
+    from gigpo.rollout.types import SamplingSettings
+
+    r = config.rollout
+    return SamplingSettings(temperature=r.eval_temperature if evaluation else r.temperature,
+                            top_p=1.0 if evaluation else r.top_p, max_new_tokens=r.max_new_tokens,
+                            stop=tuple(r.stop), seed=seed)
+
+
+def step_rows(steps, values: Optional[Sequence[float]] = None):
+    """The advantage module's rows for a rollout's steps (anchors hashed once, here)."""
+    from gigpo.advantage.anchors import anchor_keys
+    from gigpo.advantage.rows import StepRows
+
+    texts = [s.anchor for s in steps]
+    return StepRows(group=np.array([s.group for s in steps]), traj=np.array([s.traj for s in steps]),
+                    step=np.array([s.step for s in steps]), reward=np.array([s.reward for s in steps]),
+                    anchor=anchor_keys(texts), value=None if values is None else np.asarray(values), anchor_text=texts)
+
+
+def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int] = None, prefix: str = "eval/") -> dict[str, float]:
+    """Greedy (eval temperature) success on the held-out evaluation seeds, one episode per seed."""
+    from gigpo.rollout.collect import rollout
+
+    result = rollout(pool, generator, prompt_fn, eval_seeds(config, episodes), group_size=1,
+                     settings=sampling(config, evaluation=True, seed=config.trainer.seed),
+                     max_prompt_tokens=config.rollout.max_prompt_tokens)
+    return result.metrics(prefix)
+
+
+def sync_weights(actor, generator, version: int, verify: bool) -> None:
+    """Push the actor's weights into the generator; every rank iterates (ZeRO-3 gathers are collective)."""
+    weights = actor.named_weights()
+    if generator is None:
+        for _ in weights:
+            pass
+        return
+    generator.update_weights(weights, version=version)
+    if verify:
+        from gigpo.rollout.verify import verify_sync
+
+        verify_sync(generator, actor.hf_module())
+
+
+# --------------------------------------------------------------------------- the loop
+
+def train(config: Config, resume: bool = False) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    from gigpo.advantage.diagnostics import step_group_diagnostics
+    from gigpo.advantage.estimators import compute_advantages
+    from gigpo.advantage.sampling import informative_groups
+    from gigpo.local_model import resolve_model_path
+    from gigpo.rollout.collect import rollout
+    from gigpo.trainer.batching import TrainSample, check_token_budget
+    from gigpo.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+    from gigpo.trainer.distributed import barrier, broadcast_object, init_distributed, shutdown_distributed
+    from gigpo.trainer.engines import ActorEngine, CriticEngine, ReferenceModel, settings_from_config
+    from gigpo.trainer.metrics import MetricsLogger, PhaseTimer
+
+    t, a, e = config.trainer, config.algorithm, config.env
+    check_token_budget(config.rollout.max_prompt_tokens, config.rollout.max_new_tokens, t.micro_token_budget)
+    rank = init_distributed()
+    main = rank.is_main
+    run_dir = Path(t.run_dir)
+    random.seed(t.seed)
+    np.random.seed(t.seed)
+
+    # ---- model, optional supervised warm-up (rank 0, before the engines exist)
+    model_path = resolve_model_path(config.model.path, config.model.init, config.model.corpus, config.model.seed) if main else None
+    model_path = broadcast_object(model_path)
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if resume and checkpoint is None and main:
+        print(f"gigpo: --resume found no checkpoint in {run_dir / 'checkpoints'}; starting from the beginning", flush=True)
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(dump_config(config))
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    pool = build_pool(config) if main else None
+    prompt_fn = build_prompt_fn(config, tokenizer) if main else None
+    warm_dir = run_dir / "warmup"
+    if t.sft_steps > 0:
+        if main and not (warm_dir / "hf" / "config.json").is_file():
+            from gigpo.trainer.warmup import collect_demonstrations, supervised_warmup
+
+            rng = random.Random(t.seed)
+            demo_seeds = [e.train_seed_start + 5_000_000_000 + t.seed * 100_000 + i for i in range(t.sft_rooms)]
+            pairs = collect_demonstrations(pool, prompt_fn, tokenizer, demo_seeds, t.sft_expert_share, rng)
+            print(f"warm-up: {len(pairs)} expert-labelled states from {len(demo_seeds)} tasks", flush=True)
+            supervised_warmup(model_path, warm_dir, pairs, t.sft_steps, t.sft_lr, t.sft_batch_size, t.seed, config.logging.progress)
+        barrier()
+        model_path = str(warm_dir / "hf")
+
+    # ---- engines: actor (trained), reference (frozen, for KL), critic (PPO only)
+    engine_settings, loss_settings = settings_from_config(config)
+    actor = ActorEngine(model_path, engine_settings, loss_settings)
+    reference = ReferenceModel(model_path, engine_settings) if a.kl_coef > 0 else None
+    critic = None
+    if a.estimator == "ppo":
+        critic_settings, critic_loss = settings_from_config(config, critic=True)
+        critic = CriticEngine(model_path, critic_settings, critic_loss)
+
+    state: dict[str, Any] = {"iteration": 0, "env_steps_total": 0}
+    if checkpoint is not None:
+        state = load_checkpoint(checkpoint, actor, critic)
+    start = state["iteration"] + 1
+
+    generator = build_generator(config, model_path) if main else None
+    logger = None
+    if main:
+        logger = MetricsLogger(run_dir, config.logging.wandb_mode, config.logging.wandb_project,
+                               json.loads(json.dumps(config.model_dump(mode="json"))), run_dir.name)
+        logger.truncate_after(state["iteration"])
+        print(f"gigpo: training {a.estimator} on {e.id} with {model_path}: iterations {start}..{t.iterations}, "
+              f"{e.num_groups} groups x {e.group_size}, run dir {run_dir}", flush=True)
+    if checkpoint is not None:
+        sync_weights(actor, generator, version=state["iteration"], verify=config.rollout.verify_sync)
+    if main and start == 1 and not (run_dir / "metrics.jsonl").exists():
+        # iteration 0: the starting policy (after warm-up, if any), so curves have a baseline
+        logger.log(0, {**evaluate(config, pool, generator, prompt_fn), "rollout/env_steps_total": 0})
+
+    try:
+        for iteration in range(start, t.iterations + 1):
+            timer = PhaseTimer()
+            metrics: dict[str, float] = {}
+            iteration_start = time.perf_counter()
+
+            # ---- rollout (rank 0): B groups x N episodes, re-drawing uninformative groups if asked
+            steps = None
+            if main:
+                with timer("rollout"):
+                    settings = sampling(config, evaluation=False, seed=t.seed * 100_003 + iteration)
+                    batch = rollout(pool, generator, prompt_fn, train_seeds(config, iteration), e.group_size, settings,
+                                    config.rollout.max_prompt_tokens)
+                    steps, episodes = batch.steps, batch.episodes
+                    metrics.update(batch.metrics())
+                    metrics.update(batch.env_faults)
+                    metrics.update(pool.stats().as_metrics())
+                    check_finite("rewards", [s.reward for s in steps], iteration, "rollout")
+                    if a.dynamic_sampling:
+                        rows = step_rows(steps)
+                        keep = set(np.asarray(informative_groups(rows)).tolist())
+                        for draw in range(1, a.max_resample + 1):
+                            if len(keep) >= e.num_groups:
+                                break
+                            extra = rollout(pool, generator, prompt_fn, train_seeds(config, iteration, draw), e.group_size,
+                                            settings, config.rollout.max_prompt_tokens, group_offset=draw * e.num_groups)
+                            steps, episodes = steps + extra.steps, episodes + extra.episodes
+                            keep |= set(np.asarray(informative_groups(step_rows(extra.steps))).tolist())
+                        kept = sorted(keep)[: e.num_groups]
+                        metrics["rollout/kept_groups"] = float(len(kept))
+                        steps = [s for s in steps if s.group in set(kept)]
+                    metrics["time/generate"] = batch.seconds_generate
+                    metrics["time/env"] = batch.seconds_env
+                    state["env_steps_total"] += int(metrics["rollout/env_steps"])
+                    metrics["rollout/env_steps_total"] = float(state["env_steps_total"])
+
+            steps = broadcast_object(steps if main else None)
+
+            # ---- advantages on the real rows only (no padding, no duplicates); every rank computes the
+            # same pure function, so only the rollout crosses processes
+            with timer("advantage"):
+                values = token_values = None
+                if critic is not None:  # V(s_t): the critic's value where the response starts
+                    token_values = critic.compute_values([TrainSample(s.prompt_ids, s.response_ids) for s in steps])
+                    values = [float(v[0]) for v in token_values]
+                rows = step_rows(steps, values)
+                result = compute_advantages(a.estimator, rows, gamma=a.gamma, lam=a.lam, step_weight=a.step_weight,
+                                            norm=a.norm, episode_stats=a.episode_stats, similarity=a.similarity)
+                check_finite("advantages", result.advantage, iteration, "advantage")
+                if main:
+                    metrics.update(step_group_diagnostics(result))
+                    metrics.update({"adv/mean": float(result.advantage.mean()), "adv/std": float(result.advantage.std()),
+                                    "adv/abs_mean": float(np.abs(result.advantage).mean())})
+                    if config.logging.log_rollouts:
+                        from gigpo.advantage.jsonl import write_step_rows
+
+                        write_step_rows(run_dir / "rollouts" / f"{iteration:06d}.jsonl", rows)
+            samples_payload = [(s.prompt_ids, s.response_ids, float(adv), float(ret))
+                               for s, adv, ret in zip(steps, result.advantage, result.returns)]
+            samples = [TrainSample(p, r, advantage=adv) for p, r, adv, _ in samples_payload]
+            if not samples:
+                raise TrainingAborted(f"iteration {iteration}, phase rollout: no training samples (every group was dropped)")
+
+            # ---- log-probs: old (actor, before the update) and reference (for KL)
+            with timer("logprobs"):
+                old = actor.compute_log_probs(samples)
+                for sample, logp in zip(samples, old):
+                    sample.logp_old = logp
+                if reference is not None:
+                    for sample, logp in zip(samples, reference.compute_log_probs(samples)):
+                        sample.logp_ref = logp
+                if critic is not None:
+                    import torch
+
+                    for sample, value, (_, _, _, ret) in zip(samples, token_values, samples_payload):
+                        sample.values_old = value
+                        sample.returns = torch.full_like(value, ret)
+
+            # ---- PPO-clip update (and the critic's)
+            with timer("update"):
+                update_metrics = actor.update(samples)
+                if critic is not None:
+                    update_metrics.update(critic.update(samples))
+                check_finite("loss", [v for k, v in update_metrics.items() if k.startswith("loss/")], iteration, "update")
+                metrics.update(update_metrics)
+
+            # ---- weight sync into the generator
+            with timer("sync"):
+                sync_weights(actor, generator, version=iteration, verify=config.rollout.verify_sync)
+
+            if main and (iteration % t.eval_every == 0 or iteration == t.iterations):
+                with timer("eval"):
+                    metrics.update(evaluate(config, pool, generator, prompt_fn))
+            metrics.update(timer.metrics())
+            metrics["time/iteration"] = time.perf_counter() - iteration_start
+            metrics["perf/peak_rss_gb"] = peak_rss_gb()
+
+            # ---- checkpoint (collective), then the metrics line that says the iteration is done
+            state["iteration"] = iteration
+            if iteration % t.save_every == 0 or iteration == t.iterations:
+                save_checkpoint(run_dir, iteration, actor, critic, tokenizer, state, keep_last=t.keep_last)
+            if main:
+                logger.log(iteration, metrics)
+                print(logger.summary_line(iteration, t.iterations, metrics), flush=True)
+            if t.max_env_steps and state["env_steps_total"] >= t.max_env_steps:
+                if main:
+                    print(f"gigpo: reached trainer.max_env_steps={t.max_env_steps}; stopping", flush=True)
+                if iteration % t.save_every != 0:
+                    save_checkpoint(run_dir, iteration, actor, critic, tokenizer, state, keep_last=t.keep_last)
+                break
+        summary = finish(run_dir, state) if main else {}
+    finally:
+        if generator is not None:
+            generator.close()
+        if pool is not None:
+            pool.close()
+        if logger is not None:
+            logger.close()
+        shutdown_distributed()
+    return summary
+
+
+def finish(run_dir: Path, state: dict[str, Any]) -> dict[str, Any]:
+    """Curves, a final summary on the console, and `done.json` (what `gigpo compare` looks for)."""
+    from gigpo.plots import plot_run
+    from gigpo.trainer.metrics import read_metrics
+
+    records = read_metrics(run_dir)
+    plot_run(records, run_dir / "curves.png")
+    evals = [r for r in records if "eval/success" in r]
+    summary = {"iterations": state["iteration"], "env_steps_total": state["env_steps_total"],
+               "start_eval_success": evals[0]["eval/success"] if evals else None,
+               "final_eval_success": evals[-1]["eval/success"] if evals else None,
+               "best_eval_success": max(r["eval/success"] for r in evals) if evals else None,
+               "curves": str(run_dir / "curves.png"), "metrics": str(run_dir / "metrics.jsonl")}
+    (run_dir / "done.json").write_text(json.dumps(summary, indent=1))
+    print("\n== gigpo summary ==")
+    for key, value in summary.items():
+        shown = f"{value:.1%}" if isinstance(value, float) and "success" in key else value
+        print(f"  {key}: {shown}")
+    return summary
+
+
+def launch_or_train(config: Config, recipe: str, overrides: Sequence[str], resume: bool) -> int:
+    """`gigpo train`: relaunch through DeepSpeed's launcher for several ranks, else train here."""
+    import sys
+
+    from gigpo.trainer.distributed import launched, relaunch_if_needed
+
+    if config.trainer.nprocs > 1 and not launched():
+        return relaunch_if_needed(sys.argv[1:], config.trainer.nprocs)
+    train(config, resume=resume)
+    return 0
+
+
+def evaluate_checkpoint(config: Config, checkpoint: str, episodes: Optional[int] = None) -> dict[str, float]:
+    """`gigpo eval`: load an HF checkpoint into the generator and report success on eval seeds."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    pool = build_pool(config)
+    generator = build_generator(config, checkpoint)
+    try:
+        metrics = evaluate(config, pool, generator, build_prompt_fn(config, tokenizer), episodes)
+    finally:
+        generator.close()
+        pool.close()
+    n = int(metrics.get("eval/episodes", 0))
+    print(f"evaluation of {checkpoint} on {n} held-out episodes of {config.env.id}:")
+    for key, value in sorted(metrics.items()):
+        if "success" in key:
+            print(f"  {key}: {value:.1%}  (standard error {math.sqrt(max(value * (1 - value), 1e-12) / max(n, 1)):.1%})")
+    return metrics

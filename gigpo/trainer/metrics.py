@@ -1,0 +1,95 @@
+"""Per-iteration metrics: one JSON line per iteration, a console summary line, and wandb.
+
+Names are namespaced (`rollout/`, `eval/`, `adv/`, `loss/`, `perf/`, `time/`); docs/metrics.md lists them.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+
+class PhaseTimer:
+    """Wall time per phase of one iteration, reported as `time/<phase>` seconds."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time/{k}": v for k, v in self.seconds.items()}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if hasattr(value, "item"):
+        return _jsonable(value.item())
+    return value
+
+
+class MetricsLogger:
+    """Appends metrics to `metrics.jsonl`, prints a summary line, and mirrors to wandb if enabled."""
+
+    SUMMARY_KEYS = ("rollout/success", "eval/success", "rollout/return", "rollout/episode_length",
+                    "loss/kl", "loss/entropy", "time/iteration")
+
+    def __init__(self, run_dir: Path, wandb_mode: str = "disabled", project: str = "gigpo",
+                 config: Optional[dict[str, Any]] = None, run_name: Optional[str] = None) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self._wandb = None
+        if wandb_mode != "disabled":
+            import wandb
+
+            os.environ.setdefault("WANDB_SILENT", "true")
+            self._wandb = wandb.init(project=project, name=run_name, dir=str(run_dir), mode=wandb_mode,
+                                     config=config, resume="allow")
+
+    def truncate_after(self, iteration: int) -> None:
+        """On resume: drop lines of iterations the checkpoint does not contain, so none repeat."""
+        if not self.path.exists():
+            return
+        kept = [line for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(self.path)
+
+    def log(self, iteration: int, metrics: dict[str, Any]) -> None:
+        record = {"iteration": iteration, **{k: _jsonable(v) for k, v in sorted(metrics.items())}}
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=iteration)
+
+    @classmethod
+    def summary_line(cls, iteration: int, total: int, metrics: dict[str, Any]) -> str:
+        parts = [f"iter {iteration}/{total}"]
+        for key in cls.SUMMARY_KEYS:
+            if key in metrics:
+                parts.append(f"{key.split('/', 1)[1] if key.startswith('rollout/') else key}={metrics[key]:.3g}")
+        return "  ".join(parts)
+
+    def close(self) -> None:
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

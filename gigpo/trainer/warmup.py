@@ -1,0 +1,92 @@
+"""Supervised warm-up on expert demonstrations, for locally built models that know no language.
+
+A model built by `gigpo model init` starts from random weights: RL from there never sees a reward.
+A short supervised phase on (prompt, expert action) pairs teaches the action format and a weak
+policy; stopping it early keeps the start weak, so RL has room to show what it adds. States come from
+a mixed policy (expert with probability `expert_share`, else a random action) so that the model also
+sees states off the expert's path; labels are always the expert's move.
+
+This runs in one process with plain PyTorch before the DeepSpeed engines exist: it is meant for the
+small models of tests and CPU demos. The result is saved as a Hugging Face model that the RL phase
+loads like any other, and that `gigpo eval` can score as the warm-up baseline.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+from tqdm import tqdm
+
+from gigpo.envs.pool import EnvPool, EpisodeView
+
+
+def response_ids(tokenizer, action: str) -> list[int]:
+    """The token ids of a well-formed answer naming `action`, ending with the end-of-turn token."""
+    return tokenizer(f"<action>{action}</action>", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+
+def collect_demonstrations(pool: EnvPool, prompt_fn: Callable[[EpisodeView], list[int]], tokenizer,
+                           seeds: Sequence[int], expert_share: float, rng: random.Random) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, expert response ids) for every state visited by the mixed policy."""
+    pairs: list[tuple[list[int], list[int]]] = []
+    views = pool.reset(list(seeds), group_size=1)
+    live = [v for v in views if not v.done]
+    while live:
+        experts = pool.expert_actions([v.episode_idx for v in live])
+        actions: dict[int, str] = {}
+        for view in live:
+            expert = experts.get(view.episode_idx)
+            if expert is None:  # no expert move here (error, or unsolvable state): end this episode's demos
+                continue
+            pairs.append((prompt_fn(view), response_ids(tokenizer, expert)))
+            choices = view.admissible_actions or [expert]
+            move = expert if rng.random() < expert_share else rng.choice(choices)
+            actions[view.episode_idx] = f"<action>{move}</action>"
+        if not actions:
+            break
+        live = [v for v in pool.step(actions) if not v.done]
+    return pairs
+
+
+def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int], list[int]]], steps: int,
+                      lr: float, batch_size: int, seed: int, progress: bool = True) -> Path:
+    """Train on `pairs` (cross-entropy on response tokens) for `steps` AdamW steps; save to out_dir/hf."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not pairs:
+        raise RuntimeError("supervised warm-up found no expert demonstrations: does the environment have an expert?")
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    rng = random.Random(seed)
+    pad = tokenizer.pad_token_id
+    bar = tqdm(range(steps), desc="warm-up (supervised)", disable=not progress, leave=False)
+    for _ in bar:
+        batch = [pairs[rng.randrange(len(pairs))] for _ in range(batch_size)]
+        width = max(len(p) + len(r) for p, r in batch)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, (prompt, response) in enumerate(batch):
+            seq = prompt + response
+            ids[row, : len(seq)] = torch.tensor(seq)
+            labels[row, len(prompt): len(seq)] = torch.tensor(response)
+            attention[row, : len(seq)] = 1
+        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        if not torch.isfinite(loss):
+            raise RuntimeError(f"supervised warm-up loss became {loss.item()}; lower trainer.sft_lr={lr}")
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+    target = Path(out_dir) / "hf"
+    staging = Path(out_dir) / "hf.tmp"
+    model.save_pretrained(staging, safe_serialization=True)
+    tokenizer.save_pretrained(staging)
+    staging.rename(target)
+    return target
