@@ -97,6 +97,10 @@ class PoolStats:
 
 # --------------------------------------------------------------------------- worker process
 
+class _MakeError(Exception):
+    """The env could not be constructed: a configuration error, raised to the caller."""
+
+
 def _worker_main(conn: Connection, spec: gym.envs.registration.EnvSpec, env_kwargs: dict[str, Any],
                  max_steps: Optional[int], current: Any, started_at: Any) -> None:
     """Serve batches of operations until told to stop. `current`/`started_at` let the parent time steps."""
@@ -107,7 +111,10 @@ def _worker_main(conn: Connection, spec: gym.envs.registration.EnvSpec, env_kwar
 
     def make(episode: int) -> gym.Env:
         if episode not in envs:
-            envs[episode] = gym.make(spec, max_episode_steps=max_steps, disable_env_checker=True, **env_kwargs)
+            try:
+                envs[episode] = gym.make(spec, max_episode_steps=max_steps, disable_env_checker=True, **env_kwargs)
+            except Exception as exc:
+                raise _MakeError(f"{type(exc).__name__}: {exc}") from exc
         return envs[episode]
 
     def run(kind: str, episode: int, arg: Any) -> Any:
@@ -149,6 +156,8 @@ def _worker_main(conn: Connection, spec: gym.envs.registration.EnvSpec, env_kwar
             started_at.value = time.monotonic()
             try:
                 results.append((True, run(kind, episode, arg)))
+            except _MakeError as exc:  # the caller's configuration, not one episode's bad luck
+                results.append((None, str(exc)))
             except Exception as exc:  # the env's fault, not the pool's: report it and go on
                 results.append((False, f"{type(exc).__name__}: {exc}"))
         started_at.value = _IDLE
@@ -353,6 +362,7 @@ class EnvPool:
                 self._workers[w].conn.send(batch)
                 sent[w] = batch
         results: list[tuple[_Op, tuple[bool, Any]]] = []
+        make_errors: list[str] = []
         while sent:
             now = time.monotonic()
             deadlines = [self._workers[w].started_at.value + self.step_timeout_s for w in sent
@@ -367,7 +377,9 @@ class EnvPool:
                     self._recover(w, ops[w], sent, "the env worker process died")
                     continue
                 for op, (ok, payload) in zip(sent.pop(w), replies):
-                    if op[0] == "replay" and not ok:
+                    if ok is None:
+                        make_errors.append(payload)
+                    elif op[0] == "replay" and not ok:
                         self._end_with_error(self._episodes[op[1]], f"replay after a worker restart: {payload}")
                     results.append((op, (ok, payload)))
             now = time.monotonic()
@@ -378,6 +390,8 @@ class EnvPool:
                     self._recover(w, ops[w], sent, f"exceeded step_timeout_s={self.step_timeout_s}", timed_out=True)
                 elif not worker.process.is_alive() and not worker.conn.poll():
                     self._recover(w, ops[w], sent, "the env worker process died")
+        if make_errors:
+            raise ValueError(f"cannot make {self.env_id!r} with env_kwargs={self._env_kwargs}: {make_errors[0]}")
         return results
 
     def _recover(self, w: int, caller_ops: list[_Op], sent: dict[int, list[_Op]], reason: str,
@@ -395,7 +409,8 @@ class EnvPool:
         worker.conn.close()
         self._workers[w] = self._start_worker()
         self._stats.worker_restarts += 1
-        self._end_with_error(self._episodes[stuck], f"{kind}: {reason}", timed_out=timed_out)
+        if kind != "drop":  # a drop names an episode of the previous reset: nothing left to end
+            self._end_with_error(self._episodes[stuck], f"{kind}: {reason}", timed_out=timed_out)
 
         # Episodes ended during this call (the stuck one, failed replays) are not run again; "drop"
         # names an episode of the previous reset, which is gone from self._episodes.

@@ -13,10 +13,15 @@ class CounterEnv(AgentEnv):
 
     task = "Count up."
 
-    def __init__(self, hang_s: float = 60.0) -> None:
+    def __init__(self, hang_s: float = 60.0, hang_on_reset_seed: Optional[int] = None) -> None:
         super().__init__()
-        self.hang_s = hang_s
+        self.hang_s, self.hang_on_reset_seed = hang_s, hang_on_reset_seed
         self.count = 0
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict[str, Any]] = None):
+        if seed is not None and seed == self.hang_on_reset_seed:
+            time.sleep(self.hang_s)
+        return super().reset(seed=seed, options=options)
 
     def parse_action(self, text: str) -> tuple[Optional[str], str]:
         return (text, "") if text in ("inc", "boom", "hang", "die") else (None, f"unknown action {text!r}")
