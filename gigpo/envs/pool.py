@@ -398,15 +398,15 @@ class EnvPool:
                  timed_out: bool = False) -> None:
         """Restart worker w, end the episode it was stuck on, rebuild its other episodes, resend the rest."""
         worker = self._workers[w]
+        worker.process.kill()  # first, so the operation index read next cannot move on
+        worker.process.join()
+        worker.conn.close()
         index = worker.current.value
         if not 0 <= index < len(sent[w]):
             raise RuntimeError(f"env worker for {self.env_id!r} failed before running any operation "
                                f"(exit code {worker.process.exitcode}); check that the env can be made in a "
                                f"fresh process (importable entry point, picklable kwargs)")
         kind, stuck, _ = sent[w][index]
-        worker.process.kill()
-        worker.process.join()
-        worker.conn.close()
         self._workers[w] = self._start_worker()
         self._stats.worker_restarts += 1
         if kind != "drop":  # a drop names an episode of the previous reset: nothing left to end
