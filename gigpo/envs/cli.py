@@ -1,8 +1,13 @@
-"""`gigpo env ...`: list the registered agent envs, check one, or watch an episode (expert or typed)."""
+"""`gigpo envs ...`: list the registered agent envs, check one, or watch an episode (expert or typed).
+
+The `envs` group is shared: other env modules (ALFWorld) add their subcommands to it with
+`envs_subparsers`, whichever module registers first creates it.
+"""
 from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 
 def _json_kwargs(text: str) -> dict:
@@ -61,9 +66,19 @@ def _cmd_play(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    env = subparsers.add_parser("env", help="list, check and play the registered agent environments")
-    sub = env.add_subparsers(dest="env_command", metavar="SUBCOMMAND", required=True)
+def envs_subparsers(subparsers: Any) -> Any:
+    """The `envs` command group's subparsers, creating the group unless another module already did."""
+    group = subparsers.choices.get("envs")
+    if group is None:
+        group = subparsers.add_parser("envs", help="environment tools: list, check, play (and per-env tools)")
+    for action in group._actions:  # argparse keeps the group's subparsers action here
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    return group.add_subparsers(dest="envs_command", metavar="SUBCOMMAND", required=True)
+
+
+def register(subparsers: Any) -> None:
+    sub = envs_subparsers(subparsers)
     p = sub.add_parser("list", help="print the ids of the gigpo environments")
     p.set_defaults(func=_cmd_list)
     for name, func, text in (("check", _cmd_check, "run Gymnasium's check_env on an env"),
