@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import time
 import weakref
@@ -97,6 +98,15 @@ class PoolStats:
 
 # --------------------------------------------------------------------------- worker process
 
+def _picklable(result: tuple[Optional[bool], Any]) -> tuple[Optional[bool], Any]:
+    """The result itself, or an error saying the env returned something that cannot leave the worker."""
+    try:
+        pickle.dumps(result)
+        return result
+    except Exception as exc:
+        return False, f"the env returned an object that cannot be pickled: {type(exc).__name__}: {exc}"
+
+
 class _MakeError(Exception):
     """The env could not be constructed: a configuration error, raised to the caller."""
 
@@ -162,7 +172,10 @@ def _worker_main(conn: Connection, spec: gym.envs.registration.EnvSpec, env_kwar
                 results.append((False, f"{type(exc).__name__}: {exc}"))
         started_at.value = _IDLE
         current.value = -1
-        conn.send(results)
+        try:
+            conn.send(results)
+        except (pickle.PicklingError, TypeError, AttributeError):  # pickling fails before anything is written
+            conn.send([_picklable(result) for result in results])
     for env in envs.values():
         env.close()
 

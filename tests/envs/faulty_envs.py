@@ -9,7 +9,8 @@ from gigpo.envs.base import AgentEnv
 
 
 class CounterEnv(AgentEnv):
-    """Starts at a count drawn from the seed; `inc` adds one; `boom` raises, `hang` sleeps, `die` exits."""
+    """Starts at a count drawn from the seed; `inc` adds one; `boom` raises, `hang` sleeps, `die` exits,
+    `lambda` counts but puts an unpicklable object in info."""
 
     task = "Count up."
 
@@ -24,7 +25,7 @@ class CounterEnv(AgentEnv):
         return super().reset(seed=seed, options=options)
 
     def parse_action(self, text: str) -> tuple[Optional[str], str]:
-        return (text, "") if text in ("inc", "boom", "hang", "die") else (None, f"unknown action {text!r}")
+        return (text, "") if text in ("inc", "boom", "hang", "die", "lambda") else (None, f"unknown action {text!r}")
 
     def _reset(self, options: Optional[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         self.count = int(self.np_random.integers(0, 1000))
@@ -38,4 +39,4 @@ class CounterEnv(AgentEnv):
         if action == "die":
             os._exit(3)
         self.count += 1
-        return f"count={self.count}", 1.0, False, {}
+        return f"count={self.count}", 1.0, False, {"callback": (lambda: None)} if action == "lambda" else {}

@@ -123,6 +123,15 @@ def test_a_worker_that_dies_ends_one_episode_and_close_leaves_no_processes():
     assert multiprocessing.active_children() == []
 
 
+def test_an_unpicklable_info_ends_only_that_episode():
+    with EnvPool(COUNTER_ID, workers=1) as pool:
+        pool.reset([1], group_size=2)
+        views = pool.step({0: "lambda", 1: "inc"})
+        assert "cannot be pickled" in views[0].error and views[0].done
+        assert views[1].error is None and views[1].reward == 1.0
+        assert pool.stats().env_errors == 1 and pool.stats().worker_restarts == 0
+
+
 def test_a_smaller_reset_drops_the_extra_envs_and_the_pool_goes_on():
     with EnvPool(COUNTER_ID, workers=2) as pool:
         assert len(pool.reset([1, 2], group_size=3)) == 6
