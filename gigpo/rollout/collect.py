@@ -15,7 +15,8 @@ from gigpo.envs.pool import EnvPool, EpisodeView
 from gigpo.rollout.generator import Generator
 from gigpo.rollout.types import SamplingSettings
 
-PromptFn = Callable[[EpisodeView], list[int]]
+PromptFn = Callable[[list[EpisodeView]], list[list[int]]]
+"""Episode views -> prompt token ids, one list per view (e.g. PromptBuilder.batch_token_ids)."""
 
 
 @dataclass
@@ -111,7 +112,7 @@ def rollout(
     live = [v for v in views if not v.done]
     while live:
         t0 = time.perf_counter()
-        prompts = [prompt_fn(v) for v in live]
+        prompts = prompt_fn(live)
         for i, ids in enumerate(prompts):
             if len(ids) > max_prompt_tokens:
                 prompts[i] = ids[-max_prompt_tokens:]

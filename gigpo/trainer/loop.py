@@ -79,9 +79,11 @@ def build_pool(config: Config):
 
 
 def build_prompt_fn(config: Config, tokenizer):
+    """Episode views -> prompt token ids, batched through the tokenizer's chat template."""
     from gigpo.envs.prompt import PromptBuilder
 
-    return PromptBuilder(tokenizer, history_length=config.env.history_length, template=config.env.prompt_template)
+    builder = PromptBuilder(tokenizer, config.env.max_steps, config.env.history_length, config.env.prompt_template)
+    return builder.batch_token_ids
 
 
 def sampling(config: Config, evaluation: bool, seed: Optional[int]):
@@ -167,11 +169,13 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
     warm_dir = run_dir / "warmup"
     if t.sft_steps > 0:
         if main and not (warm_dir / "hf" / "config.json").is_file():
-            from gigpo.trainer.warmup import collect_demonstrations, supervised_warmup
+            from gigpo.envs.demos import collect_demonstrations
+            from gigpo.trainer.warmup import response_ids, supervised_warmup
 
-            rng = random.Random(t.seed)
             demo_seeds = [e.train_seed_start + 5_000_000_000 + t.seed * 100_000 + i for i in range(t.sft_rooms)]
-            pairs = collect_demonstrations(pool, prompt_fn, tokenizer, demo_seeds, t.sft_expert_share, rng)
+            demos = collect_demonstrations(pool, demo_seeds, explore=1.0 - t.sft_expert_share, seed=t.seed)
+            prompts = prompt_fn([d.view for d in demos])
+            pairs = [(p, response_ids(tokenizer, d.action)) for p, d in zip(prompts, demos)]
             print(f"warm-up: {len(pairs)} expert-labelled states from {len(demo_seeds)} tasks", flush=True)
             supervised_warmup(model_path, warm_dir, pairs, t.sft_steps, t.sft_lr, t.sft_batch_size, t.seed, config.logging.progress)
         barrier()

@@ -2,9 +2,8 @@
 
 A model built by `gigpo model init` starts from random weights: RL from there never sees a reward.
 A short supervised phase on (prompt, expert action) pairs teaches the action format and a weak
-policy; stopping it early keeps the start weak, so RL has room to show what it adds. States come from
-a mixed policy (expert with probability `expert_share`, else a random action) so that the model also
-sees states off the expert's path; labels are always the expert's move.
+policy; stopping it early keeps the start weak, so RL has room to show what it adds. The pairs come
+from `gigpo.envs.demos.collect_demonstrations` (states of a mixed expert/random policy, expert labels).
 
 This runs in one process with plain PyTorch before the DeepSpeed engines exist: it is meant for the
 small models of tests and CPU demos. The result is saved as a Hugging Face model that the RL phase
@@ -14,40 +13,14 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 from tqdm import tqdm
-
-from gigpo.envs.pool import EnvPool, EpisodeView
 
 
 def response_ids(tokenizer, action: str) -> list[int]:
     """The token ids of a well-formed answer naming `action`, ending with the end-of-turn token."""
     return tokenizer(f"<action>{action}</action>", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-
-
-def collect_demonstrations(pool: EnvPool, prompt_fn: Callable[[EpisodeView], list[int]], tokenizer,
-                           seeds: Sequence[int], expert_share: float, rng: random.Random) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, expert response ids) for every state visited by the mixed policy."""
-    pairs: list[tuple[list[int], list[int]]] = []
-    views = pool.reset(list(seeds), group_size=1)
-    live = [v for v in views if not v.done]
-    while live:
-        experts = pool.expert_actions([v.episode_idx for v in live])
-        actions: dict[int, str] = {}
-        for view in live:
-            expert = experts.get(view.episode_idx)
-            if expert is None:  # no expert move here (error, or unsolvable state): end this episode's demos
-                continue
-            pairs.append((prompt_fn(view), response_ids(tokenizer, expert)))
-            choices = view.admissible_actions or [expert]
-            move = expert if rng.random() < expert_share else rng.choice(choices)
-            actions[view.episode_idx] = f"<action>{move}</action>"
-        if not actions:
-            break
-        live = [v for v in pool.step(actions) if not v.done]
-    return pairs
 
 
 def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int], list[int]]], steps: int,
