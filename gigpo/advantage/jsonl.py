@@ -10,6 +10,7 @@ kind on every line. Output, one line per input row in input order:
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Iterable, TextIO, Union
 
@@ -66,8 +67,8 @@ def parse_step_rows(lines: Iterable[str], source: str = "<input>") -> StepRows:
                 raise AdvantageInputError(f"{where}: {name}={record[name]!r} must be a string or an integer")
         if not _is_int(record["step"]):
             raise AdvantageInputError(f"{where}: step={record['step']!r} must be an integer")
-        if not _is_number(record["reward"]):
-            raise AdvantageInputError(f"{where}: reward={record['reward']!r} must be a number")
+        if not _is_number(record["reward"]) or not math.isfinite(record["reward"]):
+            raise AdvantageInputError(f"{where}: reward={record['reward']!r} must be a finite number")
         anchor = record["anchor"]
         kind = "text" if isinstance(anchor, str) else "key" if _is_int(anchor) else None
         if kind is None:
@@ -89,8 +90,8 @@ def parse_step_rows(lines: Iterable[str], source: str = "<input>") -> StepRows:
                 raise AdvantageInputError(f"{where}: anchor key {anchor} does not fit in 64 bits")
             anchors.append(anchor - 2**64 if anchor >= 2**63 else anchor)
         if "value" in record and record["value"] is not None:
-            if not _is_number(record["value"]):
-                raise AdvantageInputError(f"{where}: value={record['value']!r} must be a number")
+            if not _is_number(record["value"]) or not math.isfinite(record["value"]):
+                raise AdvantageInputError(f"{where}: value={record['value']!r} must be a finite number")
             values.append(record["value"])
             value_lines.append(lineno)
         else:
