@@ -119,7 +119,7 @@ def compute_advantages(
 # --------------------------------------------------------------------------- shared parts
 
 def _layout(rows: StepRows) -> TrajectoryLayout:
-    return TrajectoryLayout.build(rows.group, rows.traj, rows.step)
+    return rows.layout
 
 
 def _trajectory_returns(rows: StepRows, layout: TrajectoryLayout) -> np.ndarray:
@@ -142,7 +142,7 @@ def episode_part(rows: StepRows, layout: TrajectoryLayout, norm: str, episode_st
 def step_groups(rows: StepRows, layout: TrajectoryLayout, similarity: Optional[float]) -> tuple[np.ndarray, int]:
     """(N,) dense step-group id of each row: same group and same anchor (or similar anchor text)."""
     if similarity is None:
-        return dense_pair_ids(layout.group_id, rows.anchor)
+        return dense_pair_ids(layout.group_id, layout.n_groups, rows.anchor)
     if rows.anchor_text is None:
         raise AdvantageInputError(
             f"similarity={similarity} groups by anchor text, but the rows carry only hashed anchors; "

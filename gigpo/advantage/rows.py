@@ -11,6 +11,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from gigpo.advantage.segments import TrajectoryLayout
+
 
 class AdvantageInputError(ValueError):
     """Rows or options an estimator cannot use; the message names the offending rows or option."""
@@ -60,6 +62,7 @@ class StepRows:
     value: Optional[np.ndarray] = None          # (N,) float64  critic value V(s_t); PPO only
     anchor_text: Optional[Sequence[str]] = field(default=None, repr=False)
     """(N,) anchor texts; needed only for similarity grouping (hashes cannot be compared for similarity)."""
+    _layout: TrajectoryLayout = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise the arrays once, here
@@ -81,21 +84,19 @@ class StepRows:
             bad = [i for i, t in enumerate(self.anchor_text) if not isinstance(t, str)]
             if bad:
                 raise AdvantageInputError(f"anchor_text must be strings; rows {_row_list(np.asarray(bad))} are not")
-        self._check_unique_steps()
-
-    def _check_unique_steps(self) -> None:
-        if len(self) < 2:
-            return
-        order = np.lexsort((self.step, self.traj, self.group))
-        g, t, s = self.group[order], self.traj[order], self.step[order]
-        same = (g[1:] == g[:-1]) & (t[1:] == t[:-1]) & (s[1:] == s[:-1])
-        if same.any():
-            i = int(np.flatnonzero(same)[0])
-            a, b = sorted((int(order[i]), int(order[i + 1])))
+        layout = TrajectoryLayout.build(self.group, self.traj, self.step)
+        if layout.first_duplicate is not None:
+            a, b = layout.first_duplicate
             raise AdvantageInputError(
-                f"rows {a} and {b} are the same step (group={g[i]}, traj={t[i]}, step={s[i]}); "
+                f"rows {a} and {b} are the same step (group={self.group[a]}, traj={self.traj[a]}, step={self.step[a]}); "
                 "each (group, traj, step) must appear once (do not pad batches with duplicated rows)"
             )
+        set_(self, "_layout", layout)
+
+    @property
+    def layout(self) -> TrajectoryLayout:
+        """Rows sorted into trajectories (built once, at construction)."""
+        return self._layout
 
     def __len__(self) -> int:
         return len(self.reward)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from gigpo.advantage.rows import StepRows
-from gigpo.advantage.segments import TrajectoryLayout
 
 
 def informative_groups(rows: StepRows) -> np.ndarray:
@@ -17,7 +16,7 @@ def informative_groups(rows: StepRows) -> np.ndarray:
 
     Use `rows.select(mask)` to keep them and `np.unique(rows.group[~mask])` for the groups to re-draw.
     """
-    layout = TrajectoryLayout.build(rows.group, rows.traj, rows.step)
+    layout = rows.layout
     traj_return = np.bincount(layout.traj_id, weights=rows.reward, minlength=layout.n_trajs)  # (n_trajs,)
     high = np.full(layout.n_groups, -np.inf)
     low = np.full(layout.n_groups, np.inf)

@@ -73,3 +73,20 @@ def test_std_gigpo_is_scale_free(batch):
     rows = batch.rows()
     scaled = StepRows(group=rows.group, traj=rows.traj, step=rows.step, reward=rows.reward * 1000.0, anchor=rows.anchor)
     np.testing.assert_allclose(run("gigpo", scaled).advantage, run("gigpo", rows).advantage, atol=1e-4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(batch=batches(), estimator=ESTIMATORS)
+def test_three_key_sort_fallback_gives_the_same_result(batch, estimator):
+    """Id ranges too wide for one combined int64 key take the lexsort path; results must not change."""
+    import gigpo.advantage.segments as segments
+
+    fast = run(estimator, batch.rows())
+    saved = segments.COMBINED_KEY_LIMIT
+    segments.COMBINED_KEY_LIMIT = 0
+    try:
+        slow = run(estimator, batch.rows())
+    finally:
+        segments.COMBINED_KEY_LIMIT = saved
+    np.testing.assert_array_equal(slow.advantage, fast.advantage)
+    np.testing.assert_array_equal(slow.step_group_size, fast.step_group_size)

@@ -10,7 +10,7 @@ from rapidfuzz import fuzz
 from gigpo.advantage import text_similarity
 from gigpo.advantage.similarity import similarity_step_groups
 
-# Includes characters that collide modulo 128 ('i' = 105, 'é' = 233) to exercise the histogram bound.
+# Non-ASCII characters included: similarity counts characters, not UTF-8 bytes.
 TEXT = st.text(alphabet="abi é€\n", max_size=40)
 
 
