@@ -143,7 +143,7 @@ def main() -> None:
             check_same(estimator, fast(estimator, arrays), naive(estimator, arrays))
             fast_ms = best_ms(lambda: fast(estimator, arrays), repeats=7)
             naive_ms = best_ms(lambda: naive(estimator, arrays), repeats=1 if n >= 30000 else 3)
-            figures.append(f"{estimator}={fast_ms:.1f}/{naive_ms:.0f}ms")
+            figures.append(f"{estimator}={fast_ms:.1f}/{naive_ms:.1f}ms")
             if estimator == "gigpo":
                 summary = f"rows={n} gigpo_ms={fast_ms:.1f} naive_ms={naive_ms:.1f} speedup={naive_ms / fast_ms:.1f}"
         groups = len(np.unique(arrays["group"]))

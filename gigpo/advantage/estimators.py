@@ -68,7 +68,7 @@ class AdvantageOptions:
             check_threshold(self.similarity)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: compare fields with numpy, not ==
 class AdvantageResult:
     """Per-row output, in the rows' input order; all arrays have shape (N,)."""
 

@@ -50,7 +50,7 @@ def _as_float64(name: str, values: object) -> np.ndarray:
     return array
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: compare fields with numpy, not ==
 class StepRows:
     """One row per environment step; all arrays have shape (N,) and row i describes one step."""
 
