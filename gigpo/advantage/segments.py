@@ -26,7 +26,7 @@ def dense_ids(key: np.ndarray) -> tuple[np.ndarray, int]:
     np.not_equal(sorted_key[1:], sorted_key[:-1], out=starts[1:])
     ids = np.empty(len(key), dtype=np.int64)
     ids[order] = np.cumsum(starts) - 1
-    return ids, int(ids.max()) + 1 if len(ids) else 0
+    return ids, int(starts.sum())
 
 
 def dense_pair_ids(a: np.ndarray, n_a: int, b: np.ndarray) -> tuple[np.ndarray, int]:

@@ -72,7 +72,8 @@ def test_gigpo_without_repeated_anchors_is_exactly_grpo(batch, stats, norm, weig
 def test_std_gigpo_is_scale_free(batch):
     rows = batch.rows()
     scaled = StepRows(group=rows.group, traj=rows.traj, step=rows.step, reward=rows.reward * 1000.0, anchor=rows.anchor)
-    np.testing.assert_allclose(run("gigpo", scaled).advantage, run("gigpo", rows).advantage, atol=1e-4)
+    # Only approximately: the 1e-6 added to the std does not scale (relative effect 1e-6 / std).
+    np.testing.assert_allclose(run("gigpo", scaled).advantage, run("gigpo", rows).advantage, rtol=1e-3, atol=1e-6)
 
 
 @settings(max_examples=30, deadline=None)
