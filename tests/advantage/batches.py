@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from gigpo.advantage import StepRows
 
-# Exactly representable rewards keep sums order-independent; the float strategy covers the rest.
-DYADIC_REWARDS = st.sampled_from([0.0, 0.0, 0.0, 1.0, -0.25, 10.0, 0.5, -0.1])
+# Agent-like rewards: mostly 0, success bonuses, the -0.1 invalid-action penalty; many exact ties.
+AGENT_REWARDS = st.sampled_from([0.0, 0.0, 0.0, 1.0, -0.25, 10.0, 0.5, -0.1])
 ANY_REWARDS = st.floats(min_value=-10, max_value=10, allow_nan=False, allow_infinity=False)
 
 
@@ -53,7 +53,7 @@ def texts(draw) -> str:
 
 
 @st.composite
-def batches(draw, rewards=DYADIC_REWARDS, max_groups: int = 4, max_trajs: int = 4, max_len: int = 6,
+def batches(draw, rewards=AGENT_REWARDS, max_groups: int = 4, max_trajs: int = 4, max_len: int = 6,
             equal_lengths: bool = False, anchors: Optional[int] = 4) -> Batch:
     """Groups of trajectories with repeated anchors, gappy step indices, and rows in random order."""
     b = Batch([], [], [], [], [], [], [])
