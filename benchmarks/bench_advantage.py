@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from rapidfuzz.distance import Indel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "advantage"))
 from naive_advantage import naive_advantages  # noqa: E402  (the tests' loop implementation)

@@ -14,7 +14,9 @@ from gigpo.config import AlgorithmConfig
 
 
 def _cmd_advantage(args: argparse.Namespace) -> int:
-    from gigpo.advantage import AdvantageInputError, compute_advantages, read_step_rows, step_group_diagnostics, write_advantages
+    from gigpo.advantage import (
+        AdvantageInputError, compute_advantages, read_step_rows, step_group_diagnostics, write_advantages,
+    )
 
     try:
         rows = read_step_rows(sys.stdin if args.input == "-" else args.input)
@@ -44,14 +46,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"advantage estimator (default: {defaults.estimator})")
     p.add_argument("--input", required=True, help="step rows, JSONL ('-' for stdin)")
     p.add_argument("--output", required=True, help="advantages, JSONL, one line per input row ('-' for stdout)")
-    p.add_argument("--gamma", type=float, default=defaults.gamma, help=f"discount of step returns (default: {defaults.gamma})")
+    p.add_argument("--gamma", type=float, default=defaults.gamma,
+                   help=f"discount of step returns (default: {defaults.gamma})")
     p.add_argument("--lam", type=float, default=defaults.lam, help=f"GAE lambda, ppo only (default: {defaults.lam})")
     p.add_argument("--step-weight", type=float, default=defaults.step_weight,
                    help=f"weight of GiGPO's step part (default: {defaults.step_weight})")
     p.add_argument("--norm", choices=["std", "mean"], default=defaults.norm,
                    help=f"divide by the group std, or only subtract the mean (default: {defaults.norm})")
     p.add_argument("--episode-stats", choices=["trajectory", "steps"], default=defaults.episode_stats,
-                   help=f"episode statistics over trajectories (paper) or step rows (default: {defaults.episode_stats})")
+                   help="episode statistics over trajectories (paper) or step rows "
+                   f"(default: {defaults.episode_stats})")
     p.add_argument("--similarity", type=float, default=defaults.similarity,
                    help="group anchors whose text similarity is >= this threshold in (0, 1] (default: exact anchors)")
     p.add_argument("--stats", action="store_true", help="print step-group diagnostics (JSON) to stderr")

@@ -61,7 +61,9 @@ def parse_step_rows(lines: Iterable[str], source: str = "<input>") -> StepRows:
             raise AdvantageInputError(f"{where}: each line must be a JSON object, got {type(record).__name__}")
         missing = [f for f in REQUIRED_FIELDS if f not in record]
         if missing:
-            raise AdvantageInputError(f"{where}: missing field(s) {', '.join(missing)}; each row needs {', '.join(REQUIRED_FIELDS)}")
+            raise AdvantageInputError(
+                f"{where}: missing field(s) {', '.join(missing)}; each row needs {', '.join(REQUIRED_FIELDS)}"
+            )
         for name in ("group", "traj"):
             if not (isinstance(record[name], str) or _is_int(record[name])):
                 raise AdvantageInputError(f"{where}: {name}={record[name]!r} must be a string or an integer")
@@ -76,8 +78,9 @@ def parse_step_rows(lines: Iterable[str], source: str = "<input>") -> StepRows:
         if anchor_kind is None:
             anchor_kind = kind
         elif kind != anchor_kind:
-            raise AdvantageInputError(f"{where}: anchor is {'text' if kind == 'text' else 'an integer key'} here but "
-                                      f"{'text' if anchor_kind == 'text' else 'integer keys'} on earlier lines; use one kind")
+            here = "text" if kind == "text" else "an integer key"
+            before = "text" if anchor_kind == "text" else "integer keys"
+            raise AdvantageInputError(f"{where}: anchor is {here} here but {before} on earlier lines; use one kind")
         groups.append(group_ids(record["group"]))
         trajs.append(traj_ids(record["traj"]))
         steps.append(record["step"])
@@ -98,12 +101,15 @@ def parse_step_rows(lines: Iterable[str], source: str = "<input>") -> StepRows:
             no_value_lines.append(lineno)
     if value_lines and no_value_lines:
         shown = ", ".join(str(n) for n in no_value_lines[:5])
-        raise AdvantageInputError(f"{source}: 'value' is given on some lines but missing on lines {shown}; give it on all or none")
+        raise AdvantageInputError(
+            f"{source}: 'value' is given on some lines but missing on lines {shown}; give it on all or none"
+        )
     try:
         return StepRows(
             group=np.asarray(groups, dtype=np.int64), traj=np.asarray(trajs, dtype=np.int64),
             step=np.asarray(steps, dtype=np.int64), reward=np.asarray(rewards, dtype=np.float64),
-            anchor=np.asarray(anchors, dtype=np.int64), value=np.asarray(values, dtype=np.float64) if value_lines else None,
+            anchor=np.asarray(anchors, dtype=np.int64),
+            value=np.asarray(values, dtype=np.float64) if value_lines else None,
             anchor_text=texts if anchor_kind == "text" else None,
         )
     except AdvantageInputError as exc:

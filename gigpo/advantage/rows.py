@@ -45,7 +45,8 @@ def _as_float64(name: str, values: object) -> np.ndarray:
     bad = np.flatnonzero(~np.isfinite(array))
     if bad.size:
         raise AdvantageInputError(
-            f"field {name!r} is NaN or infinite in rows {_row_list(bad)}; fix the reward/value before computing advantages"
+            f"field {name!r} is NaN or infinite in rows {_row_list(bad)}; "
+            "fix the reward/value before computing advantages"
         )
     return array
 
@@ -88,7 +89,8 @@ class StepRows:
         if layout.first_duplicate is not None:
             a, b = layout.first_duplicate
             raise AdvantageInputError(
-                f"rows {a} and {b} are the same step (group={self.group[a]}, traj={self.traj[a]}, step={self.step[a]}); "
+                f"rows {a} and {b} are the same step "
+                f"(group={self.group[a]}, traj={self.traj[a]}, step={self.step[a]}); "
                 "each (group, traj, step) must appear once (do not pad batches with duplicated rows)"
             )
         set_(self, "_layout", layout)

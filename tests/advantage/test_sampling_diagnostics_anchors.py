@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 from batches import ANY_REWARDS, batches
 from hypothesis import given, settings
 from naive_advantage import naive_informative_groups

@@ -40,3 +40,10 @@ def test_groups_never_mix_and_threshold_one_means_identical():
     texts = ["same", "same", "same", "samf"]
     ids, n = similarity_step_groups(np.array([0, 1, 0, 0]), texts, 1.0)
     assert ids[0] == ids[2] and len({ids[0], ids[1], ids[3]}) == 3 and n == 3
+
+
+def test_similarity_exactly_at_the_threshold_joins():
+    # "abcd" vs "abce": LCS 3, similarity 6/8 = 0.75 exactly.
+    group = np.zeros(2, dtype=np.int64)
+    assert similarity_step_groups(group, ["abcd", "abce"], 0.75)[1] == 1
+    assert similarity_step_groups(group, ["abcd", "abce"], 0.7500001)[1] == 2
