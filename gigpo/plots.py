@@ -15,7 +15,7 @@ RUN_CURVES = (
     ("rollout/return", "train return"),
     ("loss/entropy", "policy entropy"),
     ("loss/kl", "KL to reference"),
-    ("adv/step_group_mean_size", "mean step-group size"),
+    ("adv/step_group_size_mean", "mean step-group size"),
 )
 
 

@@ -106,6 +106,16 @@ def step_rows(steps, values: Optional[Sequence[float]] = None):
                     anchor=anchor_keys(texts), value=None if values is None else np.asarray(values), anchor_text=texts)
 
 
+def informative_group_ids(steps) -> set[int]:
+    """Groups whose trajectory returns are not all equal (the ones that carry a learning signal)."""
+    from gigpo.advantage.sampling import informative_groups
+
+    if not steps:
+        return set()
+    mask = informative_groups(step_rows(steps))
+    return {s.group for s, keep in zip(steps, mask) if keep}
+
+
 def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int] = None, prefix: str = "eval/") -> dict[str, float]:
     """Greedy (eval temperature) success on the held-out evaluation seeds, one episode per seed."""
     from gigpo.rollout.collect import rollout
@@ -137,7 +147,6 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
     from gigpo.advantage.diagnostics import step_group_diagnostics
     from gigpo.advantage.estimators import compute_advantages
-    from gigpo.advantage.sampling import informative_groups
     from gigpo.local_model import resolve_model_path
     from gigpo.rollout.collect import rollout
     from gigpo.trainer.batching import TrainSample, check_token_budget
@@ -228,15 +237,14 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
                     metrics.update(pool.stats().as_metrics())
                     check_finite("rewards", [s.reward for s in steps], iteration, "rollout")
                     if a.dynamic_sampling:
-                        rows = step_rows(steps)
-                        keep = set(np.asarray(informative_groups(rows)).tolist())
+                        keep = informative_group_ids(steps)
                         for draw in range(1, a.max_resample + 1):
                             if len(keep) >= e.num_groups:
                                 break
                             extra = rollout(pool, generator, prompt_fn, train_seeds(config, iteration, draw), e.group_size,
                                             settings, config.rollout.max_prompt_tokens, group_offset=draw * e.num_groups)
                             steps, episodes = steps + extra.steps, episodes + extra.episodes
-                            keep |= set(np.asarray(informative_groups(step_rows(extra.steps))).tolist())
+                            keep |= informative_group_ids(extra.steps)
                         kept = sorted(keep)[: e.num_groups]
                         metrics["rollout/kept_groups"] = float(len(kept))
                         steps = [s for s in steps if s.group in set(kept)]
@@ -260,8 +268,6 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
                 check_finite("advantages", result.advantage, iteration, "advantage")
                 if main:
                     metrics.update(step_group_diagnostics(result))
-                    metrics.update({"adv/mean": float(result.advantage.mean()), "adv/std": float(result.advantage.std()),
-                                    "adv/abs_mean": float(np.abs(result.advantage).mean())})
                     if config.logging.log_rollouts:
                         from gigpo.advantage.jsonl import write_step_rows
 

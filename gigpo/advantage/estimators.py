@@ -1,0 +1,205 @@
+"""Advantage estimators (GiGPO, GRPO, RLOO, PPO-GAE) and the registry the trainer picks them from.
+
+Definitions, relied upon by the tests and by users (R(tau) = sum of a trajectory's rewards;
+R_t = sum_{k>=t} gamma^(k-t) r_k along the trajectory's rows in step order):
+
+- episode part, per group: (R - mean) / (std + 1e-6) with `norm="std"` (unbiased std, like
+  torch.std), or R - mean with `norm="mean"`. `episode_stats="trajectory"` takes the statistics over
+  the group's trajectories (the paper); "steps" over its step rows (each row carrying its
+  trajectory's R; the reference code). A group with one trajectory gets 0.
+- gigpo: episode part + step_weight * step part, where the step part normalises R_t (same `norm`)
+  inside step groups: rows of a group with equal anchor key (or similar anchor text, see
+  similarity.py), repeat visits of one trajectory included. A step group of one gets 0.
+- grpo: the episode part alone (with norm="std", the default, the original GRPO).
+- rloo: R_i minus the mean return of the group's other trajectories (0 in a group of one).
+- ppo: GAE along each trajectory across turns, delta_t = r_t + gamma V_{t+1} - V_t (V = 0 after the
+  last step), A_t = delta_t + gamma * lam * A_{t+1}; `returns` = A + V are the critic's targets.
+
+Add an estimator in a few lines:
+
+    @register_estimator("my_estimator")
+    def my_estimator(rows: StepRows, options: AdvantageOptions) -> AdvantageResult:
+        ...
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from gigpo.advantage.rows import AdvantageInputError, StepRows
+from gigpo.advantage.segments import TrajectoryLayout, dense_pair_ids, normalise_in_groups
+from gigpo.advantage.similarity import check_threshold, similarity_step_groups
+
+NORMS = ("std", "mean")
+EPISODE_STATS = ("trajectory", "steps")
+
+
+@dataclass(frozen=True)
+class AdvantageOptions:
+    """Every knob an estimator may read; each estimator uses the ones its definition names.
+
+    No defaults here: they live once, in gigpo.config.AlgorithmConfig.
+    """
+
+    gamma: float
+    lam: float
+    step_weight: float
+    norm: str
+    episode_stats: str
+    similarity: Optional[float]
+    """None groups steps by exact anchor key; a threshold in (0, 1] groups by anchor-text similarity."""
+
+    def __post_init__(self) -> None:
+        for name in ("gamma", "lam"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise AdvantageInputError(f"{name}={value!r} must be in [0, 1]")
+        if not np.isfinite(self.step_weight):
+            raise AdvantageInputError(f"step_weight={self.step_weight!r} must be a finite number")
+        if self.norm not in NORMS:
+            raise AdvantageInputError(f"norm={self.norm!r} is unknown; use one of {', '.join(NORMS)}")
+        if self.episode_stats not in EPISODE_STATS:
+            raise AdvantageInputError(
+                f"episode_stats={self.episode_stats!r} is unknown; use one of {', '.join(EPISODE_STATS)}"
+            )
+        if self.similarity is not None:
+            check_threshold(self.similarity)
+
+
+@dataclass(frozen=True, eq=False)  # arrays: compare fields with numpy, not ==
+class AdvantageResult:
+    """Per-row output, in the rows' input order; all arrays have shape (N,)."""
+
+    advantage: np.ndarray          # (N,) float64  what the policy loss uses
+    episode_advantage: np.ndarray  # (N,) float64  GiGPO/GRPO/RLOO episode part; 0 for PPO
+    step_advantage: np.ndarray     # (N,) float64  GiGPO step part (before step_weight); 0 elsewhere
+    step_group_size: np.ndarray    # (N,) int64    rows in this row's step group; 1 where no step groups
+    returns: np.ndarray            # (N,) float64  R_t (discounted step return); PPO: A + V, the critic target
+
+
+Estimator = Callable[[StepRows, AdvantageOptions], AdvantageResult]
+ESTIMATORS: dict[str, Estimator] = {}
+
+
+def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
+    """Decorator adding an estimator to the registry under `name` (names are unique)."""
+
+    def add(fn: Estimator) -> Estimator:
+        if name in ESTIMATORS:
+            raise ValueError(f"estimator {name!r} is already registered ({ESTIMATORS[name].__module__})")
+        ESTIMATORS[name] = fn
+        return fn
+
+    return add
+
+
+def get_estimator(name: str) -> Estimator:
+    """The estimator registered as `name`; an unknown name lists the valid ones."""
+    try:
+        return ESTIMATORS[name]
+    except KeyError:
+        raise AdvantageInputError(
+            f"unknown estimator {name!r}; valid: {', '.join(sorted(ESTIMATORS))}"
+        ) from None
+
+
+def compute_advantages(
+    name: str, rows: StepRows, *, gamma: float, lam: float, step_weight: float, norm: str,
+    episode_stats: str, similarity: Optional[float],
+) -> AdvantageResult:
+    """Run the estimator `name` on `rows` (the trainer's one call; pass AlgorithmConfig's values)."""
+    options = AdvantageOptions(
+        gamma=gamma, lam=lam, step_weight=step_weight, norm=norm, episode_stats=episode_stats, similarity=similarity,
+    )
+    return get_estimator(name)(rows, options)
+
+
+# --------------------------------------------------------------------------- shared parts
+
+def _layout(rows: StepRows) -> TrajectoryLayout:
+    return rows.layout
+
+
+def _trajectory_returns(rows: StepRows, layout: TrajectoryLayout) -> np.ndarray:
+    """(n_trajs,) R(tau): the sum of each trajectory's rewards."""
+    return np.bincount(layout.traj_id, weights=rows.reward, minlength=layout.n_trajs)
+
+
+def episode_part(rows: StepRows, layout: TrajectoryLayout, norm: str, episode_stats: str) -> np.ndarray:
+    """(N,) the episode-level advantage of each row's trajectory (see the module doc)."""
+    traj_return = _trajectory_returns(rows, layout)
+    if episode_stats == "trajectory":
+        per_traj = normalise_in_groups(traj_return, layout.traj_group, layout.n_groups, norm)
+        return per_traj[layout.traj_id]
+    per_row = normalise_in_groups(traj_return[layout.traj_id], layout.group_id, layout.n_groups, norm)
+    trajs_in_group = np.bincount(layout.traj_group, minlength=layout.n_groups)
+    per_row[trajs_in_group[layout.group_id] < 2] = 0.0   # equal values, but their mean may round
+    return per_row
+
+
+def step_groups(rows: StepRows, layout: TrajectoryLayout, similarity: Optional[float]) -> tuple[np.ndarray, int]:
+    """(N,) dense step-group id of each row: same group and same anchor (or similar anchor text)."""
+    if similarity is None:
+        return dense_pair_ids(layout.group_id, layout.n_groups, rows.anchor)
+    if rows.anchor_text is None:
+        raise AdvantageInputError(
+            f"similarity={similarity} groups by anchor text, but the rows carry only hashed anchors; "
+            "pass anchor_text (or use exact grouping: similarity=None)"
+        )
+    return similarity_step_groups(layout.group_id, rows.anchor_text, similarity)
+
+
+def _result(advantage: np.ndarray, episode: np.ndarray, step: np.ndarray, size: np.ndarray,
+            returns: np.ndarray) -> AdvantageResult:
+    return AdvantageResult(advantage=advantage, episode_advantage=episode, step_advantage=step,
+                           step_group_size=size, returns=returns)
+
+
+# --------------------------------------------------------------------------- estimators
+
+@register_estimator("gigpo")
+def gigpo(rows: StepRows, options: AdvantageOptions) -> AdvantageResult:
+    """Episode part + step_weight * step part (Feng et al. 2025, eq. 7)."""
+    layout = _layout(rows)
+    episode = episode_part(rows, layout, options.norm, options.episode_stats)
+    returns = layout.reverse_discounted_sum(rows.reward, options.gamma)
+    group_of_step, n_step_groups = step_groups(rows, layout, options.similarity)
+    step = normalise_in_groups(returns, group_of_step, n_step_groups, options.norm)
+    size = np.bincount(group_of_step, minlength=n_step_groups)[group_of_step]
+    return _result(episode + options.step_weight * step, episode, step, size, returns)
+
+
+@register_estimator("grpo")
+def grpo(rows: StepRows, options: AdvantageOptions) -> AdvantageResult:
+    """The episode part alone: every step carries its trajectory's group-normalised return."""
+    layout = _layout(rows)
+    episode = episode_part(rows, layout, options.norm, options.episode_stats)
+    returns = layout.reverse_discounted_sum(rows.reward, options.gamma)
+    return _result(episode, episode, np.zeros(len(rows)), np.ones(len(rows), dtype=np.int64), returns)
+
+
+@register_estimator("rloo")
+def rloo(rows: StepRows, options: AdvantageOptions) -> AdvantageResult:
+    """R_i minus the mean return of the other trajectories of its group (Ahmadian et al. 2024)."""
+    layout = _layout(rows)
+    traj_return = _trajectory_returns(rows, layout)                                  # (n_trajs,)
+    count = np.bincount(layout.traj_group, minlength=layout.n_groups)[layout.traj_group]
+    total = np.bincount(layout.traj_group, weights=traj_return, minlength=layout.n_groups)[layout.traj_group]
+    per_traj = np.where(count > 1, traj_return - (total - traj_return) / np.maximum(count - 1, 1), 0.0)
+    advantage = per_traj[layout.traj_id]
+    returns = layout.reverse_discounted_sum(rows.reward, options.gamma)
+    return _result(advantage, advantage.copy(), np.zeros(len(rows)), np.ones(len(rows), dtype=np.int64), returns)
+
+
+@register_estimator("ppo")
+def ppo(rows: StepRows, options: AdvantageOptions) -> AdvantageResult:
+    """GAE across the turns of each trajectory, bootstrapping from the next step's value."""
+    if rows.value is None:
+        raise AdvantageInputError("estimator 'ppo' needs a value for every row (field 'value'); none was given")
+    layout = _layout(rows)
+    delta = rows.reward + options.gamma * layout.next_in_trajectory(rows.value) - rows.value
+    advantage = layout.reverse_discounted_sum(delta, options.gamma * options.lam)
+    n = len(rows)
+    return _result(advantage, np.zeros(n), np.zeros(n), np.ones(n, dtype=np.int64), advantage + rows.value)
