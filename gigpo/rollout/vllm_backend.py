@@ -19,7 +19,8 @@ VLLM_DTYPES = {"bf16": "bfloat16", "fp32": "float32", "bfloat16": "bfloat16", "f
 
 
 def build_engine(model_path: str, *, dtype: str, seed: int, kv_cache_gb: float, gpu_memory_utilization: float,
-                 enable_prefix_caching: bool, max_num_seqs: int, max_model_len: Optional[int]) -> Any:
+                 enable_prefix_caching: bool, max_num_seqs: int, max_model_len: Optional[int],
+                 enforce_eager: bool = False) -> Any:
     """A vllm.LLM with gigpo's weight-sync worker extension. On CPU the KV cache is `kv_cache_gb` GiB
     (VLLM_CPU_KVCACHE_SPACE); `gpu_memory_utilization` is the share of a GPU (on CPU: of a NUMA node's
     RAM, which is why the KV size is set directly)."""
@@ -27,12 +28,12 @@ def build_engine(model_path: str, *, dtype: str, seed: int, kv_cache_gb: float, 
         raise ValueError(f"dtype={dtype!r} is not supported by the vllm backend; use one of {', '.join(VLLM_DTYPES)}")
     if not Path(model_path, "config.json").is_file() and os.path.isdir(model_path):
         raise FileNotFoundError(f"{model_path} has no config.json; pass a directory saved with save_pretrained")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gb))))
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(kv_cache_gb)))  # read by the spawned engine
     from vllm import LLM
 
     kwargs: dict[str, Any] = dict(
         model=str(model_path), dtype=VLLM_DTYPES[dtype], seed=seed, enable_prefix_caching=enable_prefix_caching,
-        max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization,
+        max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
         worker_extension_cls="gigpo.rollout.vllm_worker.WeightSyncExtension",
     )
     if max_model_len is not None:
@@ -46,12 +47,12 @@ class VLLMGenerator(Generator):
 
     def __init__(self, model_path: str, *, dtype: str = "bf16", seed: int = 0, kv_cache_gb: float = 1.0,
                  gpu_memory_utilization: float = 0.5, enable_prefix_caching: bool = True,
-                 max_num_seqs: int = 256, max_model_len: Optional[int] = None) -> None:
+                 max_num_seqs: int = 256, max_model_len: Optional[int] = None, enforce_eager: bool = False) -> None:
         super().__init__()
         self.llm = build_engine(model_path, dtype=dtype, seed=seed, kv_cache_gb=kv_cache_gb,
                                 gpu_memory_utilization=gpu_memory_utilization,
                                 enable_prefix_caching=enable_prefix_caching, max_num_seqs=max_num_seqs,
-                                max_model_len=max_model_len)
+                                max_model_len=max_model_len, enforce_eager=enforce_eager)
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         self.torch_dtype = self.llm.llm_engine.model_config.dtype
         # Test-only fault injection: the two steps a sync must not skip.
