@@ -16,9 +16,21 @@ import secrets
 import threading
 from typing import Any, Optional
 
+from pydantic import BaseModel
+
 from gigpo.rollout.types import SamplingSettings
 
 LOOPBACK_NAMES = {"localhost"}
+
+
+class GenerateRequest(BaseModel):
+    prompts: list[list[int]]
+    settings: dict[str, Any] = {}
+
+
+class UpdateRequest(BaseModel):
+    path: str
+    version: int
 
 
 def is_loopback(host: str) -> bool:
@@ -40,15 +52,6 @@ def check_exposure(host: str, token: Optional[str]) -> None:
 def create_app(generator: Any, token: Optional[str] = None):
     """A FastAPI app serving `generator` (a VLLMGenerator, or any Generator with load_weights_file)."""
     from fastapi import FastAPI, Header, HTTPException
-    from pydantic import BaseModel
-
-    class GenerateRequest(BaseModel):
-        prompts: list[list[int]]
-        settings: dict[str, Any] = {}
-
-    class UpdateRequest(BaseModel):
-        path: str
-        version: int
 
     app = FastAPI(title="gigpo generation server")
     lock = threading.Lock()
