@@ -67,7 +67,10 @@ class RolloutConfig(Section):
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1.0)
     enable_prefix_caching: bool = True
     max_num_seqs: int = Field(256, gt=0)
+    enforce_eager: bool = False
+    """vLLM: skip torch.compile; starts ~10 s faster on CPU, generates slower."""
     request_timeout_s: float = Field(300.0, gt=0)
+    """vllm-server: longest a generate request may take before the server counts as stuck."""
 
 
 class EnvConfig(Section):

@@ -1,0 +1,107 @@
+"""The reference backend: transformers `generate`, batched with left padding, in this process."""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import torch
+
+from gigpo.rollout.generator import Generator, check_prompts, check_version
+from gigpo.rollout.types import Completion, SamplingSettings
+from gigpo.rollout.weights import full_state_dict
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "bfloat16": torch.bfloat16, "float32": torch.float32}
+LOGITS_BUDGET_BYTES = 2 << 30
+"""Raw logits kept per micro-batch (steps x rows x vocab floats) to read the sampled tokens' log-probs."""
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    if name not in TORCH_DTYPES:
+        raise ValueError(f"dtype={name!r} is not supported; use one of {', '.join(TORCH_DTYPES)}")
+    return TORCH_DTYPES[name]
+
+
+class HFGenerator(Generator):
+    """transformers generate on its own copy of the model; weights are copied in on update."""
+
+    def __init__(self, model_path: str, dtype: str = "bf16", max_batch_size: int = 64) -> None:
+        super().__init__()
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(dtype)).eval()
+        gen_cfg = self.model.generation_config
+        eos = gen_cfg.eos_token_id if gen_cfg.eos_token_id is not None else self.tokenizer.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+        self.pad_id = gen_cfg.pad_token_id if gen_cfg.pad_token_id is not None else self.tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = min(self.eos_ids)
+        self.vocab_size = self.model.config.vocab_size
+        self.max_batch_size = max_batch_size
+
+    def _rows_per_call(self, settings: SamplingSettings) -> int:
+        per_row = settings.max_new_tokens * self.vocab_size * 4
+        return max(1, min(self.max_batch_size, LOGITS_BUDGET_BYTES // per_row))
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], settings: SamplingSettings) -> list[Completion]:
+        check_prompts(prompts, self.vocab_size)
+        prompts_per_call = max(1, self._rows_per_call(settings) // settings.n)
+        out: list[Completion] = []
+        with torch.random.fork_rng(devices=[]):
+            if settings.seed is not None:
+                torch.manual_seed(settings.seed)
+            for start in range(0, len(prompts), prompts_per_call):
+                out.extend(self._generate_batch(prompts[start:start + prompts_per_call], start, settings))
+        return out
+
+    def _generate_batch(self, prompts: list[list[int]], offset: int, settings: SamplingSettings) -> list[Completion]:
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, ids in enumerate(prompts):  # left padding: every prompt ends at the same column
+            input_ids[i, width - len(ids):] = torch.tensor(ids)
+            attention[i, width - len(ids):] = 1
+        sampling = settings.temperature > 0
+        result = self.model.generate(
+            input_ids=input_ids, attention_mask=attention, max_new_tokens=settings.max_new_tokens,
+            do_sample=sampling, temperature=settings.temperature if sampling else None,
+            top_p=settings.top_p if sampling else None, top_k=0 if sampling else None,
+            num_return_sequences=settings.n, eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id,
+            stop_strings=list(settings.stop) or None, tokenizer=self.tokenizer if settings.stop else None,
+            output_logits=True, return_dict_in_generate=True,
+        )
+        new_tokens = result.sequences[:, width:]  # (B*n, T)
+        logits = torch.stack(result.logits, dim=1).float()  # (B*n, T, V), raw: before temperature/top-p
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+        completions = []
+        for row in range(new_tokens.shape[0]):
+            ids, reason = self._trim(new_tokens[row].tolist(), settings.stop)
+            completions.append(Completion(
+                prompt_index=offset + row // settings.n, token_ids=ids,
+                text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                logprobs=logprobs[row, :len(ids)].tolist(), finish_reason=reason, weight_version=self.version))
+        return completions
+
+    def _trim(self, ids: list[int], stop: tuple[str, ...]) -> tuple[list[int], str]:
+        """Cut the padding generate adds after a row finished; say why the row finished."""
+        end = next((k for k, t in enumerate(ids) if t in self.eos_ids), None)
+        if end is None:
+            text = self.tokenizer.decode(ids)
+            return ids, "stop" if any(s in text for s in stop) else "length"
+        if stop and any(s in self.tokenizer.decode(ids[:end]) for s in stop):
+            return ids[:end], "stop"  # finished on a stop string; what follows is padding
+        return ids[:end + 1], "stop"
+
+    @torch.inference_mode()
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        check_version(version, self.version)
+        state = full_state_dict(named_tensors, dtype=self.model.dtype)
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if unexpected:
+            raise ValueError(f"update_weights got parameters this model does not have: {unexpected[:5]}")
+        if missing:
+            raise ValueError(f"update_weights is missing parameters: {missing[:5]}")
+        self._version = version
+
+    def close(self) -> None:
+        self.model = None

@@ -1,0 +1,314 @@
+"""Trainer-side client for `gigpo serve`: starts and supervises servers, or uses given URLs.
+
+Requests are spread over the servers in contiguous chunks (prompt i keeps seed `seed + i` wherever
+it runs). While a request is in flight the client watches each busy server: a supervised process
+that exited, or any server whose /health has not answered for `unresponsive_s`, is declared dead.
+A supervised server is then killed, restarted, re-synced to the current weights and given its
+chunk again; an external server fails the call with a message naming it. No request waits longer
+than `request_timeout_s`.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import logging
+
+import requests
+import torch
+
+from gigpo.rollout.generator import Generator, check_version
+from gigpo.rollout.types import Completion, SamplingSettings
+from gigpo.rollout.weights import full_state_dict, write_weights_file
+
+HEALTH_TIMEOUT_S = 3.0
+HEALTH_EVERY_S = 2.0
+UNRESPONSIVE_S = 8.0
+"""A server whose health check has failed for this long is dead: with the check period and timeout,
+detection takes at most ~13 s, under the 30 s the rollout promises."""
+STARTUP_TIMEOUT_S = 600.0
+MAX_RESTARTS_PER_CALL = 2
+
+logger = logging.getLogger(__name__)
+
+
+class ServerError(RuntimeError):
+    """A generation server failed in a way the client cannot repair."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    url: str
+    process: Optional[subprocess.Popen] = None
+    """Set when this client started the server (and so may restart it)."""
+    log_path: Optional[Path] = None
+    restarts: int = field(default=0)
+
+    @property
+    def supervised(self) -> bool:
+        return self.process is not None
+
+
+class ServerGenerator(Generator):
+    """Generator over one or more `gigpo serve` processes."""
+
+    def __init__(self, model_path: str, *, urls: Iterable[str] = (), num_servers: int = 1,
+                 request_timeout_s: float = 300.0, token: Optional[str] = None,
+                 engine_args: Optional[dict[str, Any]] = None, unresponsive_s: float = UNRESPONSIVE_S,
+                 log_dir: Optional[str] = None) -> None:
+        super().__init__()
+        self.model_path = str(model_path)
+        self.request_timeout_s = request_timeout_s
+        self.unresponsive_s = unresponsive_s
+        self.token = token or os.environ.get("GIGPO_SERVER_TOKEN") or None
+        self.engine_args = dict(engine_args or {})
+        dtype = self.engine_args.get("dtype", "bf16")
+        self.torch_dtype = torch.float32 if dtype in ("fp32", "float32") else torch.bfloat16
+        self.log_dir = Path(log_dir) if log_dir else None
+        self.weights_path: Optional[Path] = None
+        """The current weights, kept so a restarted server can be re-synced."""
+        self.servers: list[Server] = []
+        self.pool = ThreadPoolExecutor(max_workers=max(4, 2 * max(num_servers, len(list(urls)) or 1)))
+        urls = [u.rstrip("/") for u in urls]
+        try:
+            if urls:
+                self.servers = [Server(u) for u in urls]
+                for s in self.servers:
+                    self._require_healthy(s, deadline=time.monotonic() + unresponsive_s)
+            else:
+                self.servers = [self._start_server() for _ in range(num_servers)]
+                for s in self.servers:
+                    self._wait_ready(s)
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ processes
+    def _start_server(self, server: Optional[Server] = None) -> Server:
+        port = free_port()
+        a = self.engine_args
+        cmd = [sys.executable, "-m", "gigpo.cli", "serve", "--model", self.model_path, "--host", "127.0.0.1",
+               "--port", str(port), "--dtype", a.get("dtype", "bf16"), "--seed", str(a.get("seed", 0)),
+               "--kv-cache-gb", str(a.get("kv_cache_gb", 1.0)),
+               "--gpu-memory-utilization", str(a.get("gpu_memory_utilization", 0.5)),
+               "--max-num-seqs", str(a.get("max_num_seqs", 256))]
+        if not a.get("enable_prefix_caching", True):
+            cmd.append("--no-prefix-caching")
+        if a.get("max_model_len"):
+            cmd += ["--max-model-len", str(a["max_model_len"])]
+        if a.get("enforce_eager"):
+            cmd.append("--enforce-eager")
+        env = dict(os.environ)
+        if self.token:
+            env["GIGPO_SERVER_TOKEN"] = self.token
+        log_path = (self.log_dir or Path(os.environ.get("TMPDIR", "/tmp"))) / f"gigpo-serve-{port}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "wb") as log:
+            # Own session: the server's vLLM children can be stopped together with it.
+            process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        if server is None:
+            return Server(f"http://127.0.0.1:{port}", process, log_path)
+        server.url, server.process, server.log_path = f"http://127.0.0.1:{port}", process, log_path
+        server.restarts += 1
+        return server
+
+    def _wait_ready(self, server: Server) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if server.process is not None and server.process.poll() is not None:
+                raise ServerError(f"generation server {server.url} exited with code {server.process.returncode} "
+                                  f"while starting; see its log {server.log_path}:\n{_tail(server.log_path)}")
+            if self._healthy(server):
+                return
+            time.sleep(0.5)
+        self._stop(server)
+        raise ServerError(f"generation server {server.url} did not become healthy within {STARTUP_TIMEOUT_S:.0f} s; "
+                          f"see {server.log_path}")
+
+    def _stop(self, server: Server) -> None:
+        proc = server.process
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+
+    def _restart(self, server: Server) -> None:
+        """Replace a dead supervised server and bring it to the current weights."""
+        self._stop(server)
+        if server.process is not None:  # its session may still hold vLLM workers
+            try:
+                os.killpg(server.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._start_server(server)
+        self._wait_ready(server)
+        if self.weights_path is not None:
+            self._post_weights(server, self.weights_path, self.version)
+
+    # ------------------------------------------------------------------ health
+    def _healthy(self, server: Server) -> bool:
+        try:
+            return requests.get(f"{server.url}/health", timeout=HEALTH_TIMEOUT_S).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def _require_healthy(self, server: Server, deadline: float) -> None:
+        while not self._healthy(server):
+            if time.monotonic() > deadline:
+                raise ServerError(f"generation server {server.url} does not answer /health; start it with "
+                                  "`gigpo serve --model DIR --port P` or fix rollout.server_urls")
+            time.sleep(1.0)
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompts: list[list[int]], settings: SamplingSettings) -> list[Completion]:
+        """Spread contiguous chunks over the servers; watch them; repair supervised ones."""
+        if not isinstance(prompts, list) or not prompts:
+            raise ValueError("prompts must be a non-empty list of token-id lists")
+        chunks = {k: b for k, b in enumerate(_split(len(prompts), len(self.servers))) if b[0] < b[1]}
+        results: dict[int, list[Completion]] = {}
+        restarts = {k: 0 for k in chunks}
+        futures: dict[int, Future] = {}
+        started: dict[int, float] = {}
+        answered: dict[int, float] = {}
+
+        def submit(k: int) -> None:
+            lo, hi = chunks[k]
+            futures[k] = self.pool.submit(self._post_generate, self.servers[k], prompts[lo:hi], lo, settings)
+            started[k] = answered[k] = time.monotonic()
+
+        for k in chunks:
+            submit(k)
+        while futures:
+            wait(list(futures.values()), timeout=HEALTH_EVERY_S, return_when=FIRST_COMPLETED)
+            for k, future in list(futures.items()):
+                failure = self._chunk_failure(k, future, started[k], answered)
+                if future.done() and failure is None:
+                    results[k] = future.result()
+                    del futures[k]
+                elif failure is not None:
+                    del futures[k]
+                    server = self.servers[k]
+                    if not server.supervised:
+                        raise ServerError(f"generation server {server.url} failed: {failure}. It is external "
+                                          "(rollout.server_urls), so it cannot be restarted from here: restart "
+                                          "it and resume the run, or remove it from rollout.server_urls")
+                    if restarts[k] >= MAX_RESTARTS_PER_CALL:
+                        raise ServerError(f"generation server {server.url} failed again after {restarts[k]} "
+                                          f"restarts in one call: {failure}; see {server.log_path}")
+                    restarts[k] += 1
+                    logger.warning("generation server %s failed (%s); restarting at weight version %d",
+                                   server.url, failure, self.version)
+                    self._restart(server)
+                    submit(k)
+        return [c for k in sorted(results) for c in results[k]]
+
+    def _chunk_failure(self, k: int, future: Future, started: float, answered: dict[int, float]) -> Optional[str]:
+        """Why server k's request counts as failed, or None while it is fine."""
+        server, now = self.servers[k], time.monotonic()
+        if future.done():
+            exc = future.exception()
+            if exc is None:
+                return None
+            if isinstance(exc, requests.RequestException):
+                return f"request failed: {exc}"
+            raise exc  # bad input (ValueError) or a version mismatch: not a server fault
+        if server.process is not None and server.process.poll() is not None:
+            return f"its process exited with code {server.process.returncode}"
+        if now - started > self.request_timeout_s:
+            return f"no answer within request_timeout_s={self.request_timeout_s}"
+        if self._healthy(server):
+            answered[k] = now
+        elif now - answered[k] > self.unresponsive_s:
+            return f"/health unanswered for {now - answered[k]:.0f} s"
+        return None
+
+    def _post_generate(self, server: Server, prompts: list[list[int]], offset: int,
+                       settings: SamplingSettings) -> list[Completion]:
+        chunk_settings = settings.to_json()
+        if settings.seed is not None:
+            chunk_settings["seed"] = settings.seed + offset  # prompt i is seeded seed + i on any split
+        resp = requests.post(f"{server.url}/generate", json={"prompts": prompts, "settings": chunk_settings},
+                             timeout=(HEALTH_TIMEOUT_S, self.request_timeout_s))
+        if resp.status_code == 400:
+            raise ValueError(resp.json().get("detail", resp.text))
+        if 400 < resp.status_code < 500:  # our request is wrong: restarting the server would not help
+            raise ServerError(f"server {server.url} rejected the generate request ({resp.status_code}): {resp.text}")
+        resp.raise_for_status()  # 5xx: the server broke; counted as a server failure
+        body = resp.json()
+        if body["version"] != self.version:
+            raise ServerError(f"server {server.url} generated with weight version {body['version']}, "
+                              f"expected {self.version}: it missed a weight sync")
+        out = [Completion.from_json(c) for c in body["completions"]]
+        for c in out:
+            c.prompt_index += offset
+        return out
+
+    # ------------------------------------------------------------------ weights
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Write the weights to shared memory once and have every server load them.
+
+        The file stays until the next sync so a restarted server can load it; servers on another
+        machine cannot read it (use the GPU/NCCL path there, see docs/generation.md)."""
+        check_version(version, self.version)
+        path = write_weights_file(full_state_dict(named_tensors, dtype=self.torch_dtype))
+        previous, self.weights_path, self._version = self.weights_path, path, version
+        if previous is not None:
+            previous.unlink(missing_ok=True)
+        for server in self.servers:
+            try:
+                self._post_weights(server, path, version)
+            except requests.RequestException as exc:
+                if not server.supervised:
+                    raise ServerError(f"generation server {server.url} failed to take weights version {version}: "
+                                      f"{exc}; restart it or remove it from rollout.server_urls") from exc
+                logger.warning("server %s failed during weight sync (%s); restarting", server.url, exc)
+                self._restart(server)
+
+    def _post_weights(self, server: Server, path: Path, version: int) -> None:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        resp = requests.post(f"{server.url}/update_weights", json={"path": str(path), "version": version},
+                             headers=headers, timeout=(HEALTH_TIMEOUT_S, self.request_timeout_s))
+        if resp.status_code in (400, 401):
+            raise ServerError(f"server {server.url} refused weights version {version}: {resp.json().get('detail')}")
+        resp.raise_for_status()
+
+    def close(self) -> None:
+        for server in self.servers:
+            self._stop(server)
+        if self.weights_path is not None:
+            self.weights_path.unlink(missing_ok=True)
+            self.weights_path = None
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _split(n: int, parts: int) -> list[tuple[int, int]]:
+    """Contiguous [lo, hi) bounds of n items over `parts` servers, sizes differing by at most one."""
+    edges = [round(i * n / parts) for i in range(parts + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _tail(path: Optional[Path], lines: int = 20) -> str:
+    if path is None or not path.is_file():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

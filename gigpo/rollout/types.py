@@ -1,0 +1,67 @@
+"""What goes into and comes out of a generator: sampling settings and completions."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal, Optional
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How to sample. temperature=0 is greedy.
+
+    `seed` makes a call reproducible where the backend allows: vLLM seeds request i with `seed + i`
+    (the same prompt list and seed give the same samples on any batch split); HF seeds the whole
+    batched call (the same call gives the same samples).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    stop: tuple[str, ...] = ()
+    n: int = 1
+    seed: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature} must be >= 0 (0 is greedy)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
+        if self.n < 1:
+            raise ValueError(f"n={self.n} must be >= 1")
+        if isinstance(self.stop, (str, list)):
+            object.__setattr__(self, "stop", (self.stop,) if isinstance(self.stop, str) else tuple(self.stop))
+
+    def to_json(self) -> dict:
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
+                "stop": list(self.stop), "n": self.n, "seed": self.seed}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "SamplingSettings":
+        return cls(**{**data, "stop": tuple(data.get("stop", ()))})
+
+
+@dataclass
+class Completion:
+    """One sampled continuation of prompt `prompt_index`.
+
+    `logprobs[t]` is log p(token_ids[t] | prompt, token_ids[:t]) under the model's own distribution
+    (raw logits: no temperature or top-p applied), the quantity the trainer recomputes.
+    """
+
+    prompt_index: int
+    token_ids: list[int]
+    text: str
+    logprobs: list[float]
+    finish_reason: FinishReason
+    weight_version: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Completion":
+        return cls(**data)

@@ -1,0 +1,82 @@
+"""Sync verification: after a weight sync the generator must score a probe like the trainer does.
+
+A silent sync bug (stale prefix cache, a tied LM head left at old weights) trains on the wrong
+policy without any error. The probe is a fixed prompt longer than a few KV blocks, so it sits in
+the prefix cache between syncs; after each sync the generator continues it greedily and the
+trainer model scores the same tokens. Any log-prob gap beyond `atol` is an error naming the
+largest difference.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import torch
+
+from gigpo.rollout.generator import Generator
+from gigpo.rollout.types import SamplingSettings
+
+PROBE_PROMPT_TOKENS = 384
+"""Three of vLLM-CPU's 128-token KV blocks, so the probe's KV is reused from the prefix cache."""
+PROBE_NEW_TOKENS = 16
+DEFAULT_ATOL = {torch.float32: 2e-3, torch.bfloat16: 0.15}
+"""Largest log-prob gap accepted, by generator dtype (bf16 kernels round differently from fp32 HF)."""
+
+
+class SyncMismatchError(RuntimeError):
+    """The generator's weights do not match the trainer's after a sync."""
+
+
+def probe_prompt(vocab_size: int, length: int = PROBE_PROMPT_TOKENS, seed: int = 20261122) -> list[int]:
+    """A fixed pseudo-random prompt (same on every machine for a given vocab size)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (length,), generator=gen).tolist()
+
+
+@torch.inference_mode()
+def trainer_logprobs(model: torch.nn.Module, prompt: list[int], tokens: list[int]) -> torch.Tensor:
+    """log p(tokens[t] | prompt, tokens[:t]) under `model` (an HF causal LM or a wrapper of one)."""
+    ids = torch.tensor([prompt + tokens])
+    device = next(model.parameters()).device
+    logits = model(input_ids=ids.to(device)).logits[0, len(prompt) - 1:-1].float()  # (T, V)
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens, device=device)[:, None]).squeeze(-1).cpu()
+
+
+class SyncVerifier:
+    """Checks a generator against the trainer model; build it before the first sync."""
+
+    def __init__(self, generator: Generator, vocab_size: int, atol: float) -> None:
+        self.generator = generator
+        self.atol = atol
+        self.probe = probe_prompt(vocab_size)
+        self._continue_probe()  # puts the probe's KV in the prefix cache, so a skipped reset shows
+
+    def _continue_probe(self):
+        return self.generator.generate([self.probe], SamplingSettings(temperature=0, max_new_tokens=PROBE_NEW_TOKENS))[0]
+
+    def check(self, model: torch.nn.Module) -> float:
+        """Largest |generator - trainer| log-prob over the probe continuation; raises beyond atol."""
+        completion = self._continue_probe()
+        ref = trainer_logprobs(model, self.probe, completion.token_ids)
+        got = torch.tensor(completion.logprobs)
+        gap = (got - ref).abs()
+        worst = int(gap.argmax())
+        if gap[worst] > self.atol:
+            raise SyncMismatchError(
+                f"weight sync to version {completion.weight_version} failed verification: largest log-prob "
+                f"difference {gap[worst]:.4f} > atol={self.atol} at probe continuation token {worst} "
+                f"(id {completion.token_ids[worst]}): generator {got[worst]:.4f}, trainer {ref[worst]:.4f}. "
+                "The generator is not sampling from the trainer's policy (stale prefix cache or LM head?)")
+        return float(gap[worst])
+
+
+def default_atol(dtype: str) -> float:
+    return DEFAULT_ATOL[torch.float32 if dtype in ("fp32", "float32") else torch.bfloat16]
+
+
+def sync_weights(generator: Generator, model: torch.nn.Module, version: int,
+                 verifier: Optional[SyncVerifier] = None,
+                 named_tensors: Optional[Iterable[tuple[str, torch.Tensor]]] = None) -> Optional[float]:
+    """What the trainer calls after an optimiser phase: push `model`'s parameters (or the given
+    gathered `named_tensors`) as `version`, then verify if a verifier is given (returns the gap)."""
+    generator.update_weights(named_tensors if named_tensors is not None else model.named_parameters(), version)
+    return verifier.check(model) if verifier is not None else None

@@ -1,0 +1,117 @@
+"""vLLM engine in the trainer's process (`vllm.LLM`), with weight sync through a shared-memory file.
+
+The engine core runs in a worker process vLLM spawns, so scripts that build this generator need
+an `if __name__ == "__main__":` guard.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import torch
+
+from gigpo.rollout.generator import Generator, check_prompts, check_version
+from gigpo.rollout.types import Completion, SamplingSettings
+from gigpo.rollout.weights import full_state_dict, write_weights_file
+
+VLLM_DTYPES = {"bf16": "bfloat16", "fp32": "float32", "bfloat16": "bfloat16", "float32": "float32"}
+
+
+def build_engine(model_path: str, *, dtype: str, seed: int, kv_cache_gb: float, gpu_memory_utilization: float,
+                 enable_prefix_caching: bool, max_num_seqs: int, max_model_len: Optional[int],
+                 enforce_eager: bool = False) -> Any:
+    """A vllm.LLM with gigpo's weight-sync worker extension. On CPU the KV cache is `kv_cache_gb` GiB
+    (VLLM_CPU_KVCACHE_SPACE); `gpu_memory_utilization` is the share of a GPU (on CPU: of a NUMA node's
+    RAM, which is why the KV size is set directly)."""
+    if dtype not in VLLM_DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported by the vllm backend; use one of {', '.join(VLLM_DTYPES)}")
+    if not Path(model_path, "config.json").is_file() and os.path.isdir(model_path):
+        raise FileNotFoundError(f"{model_path} has no config.json; pass a directory saved with save_pretrained")
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(kv_cache_gb)))  # read by the spawned engine
+    from vllm import LLM
+
+    kwargs: dict[str, Any] = dict(
+        model=str(model_path), dtype=VLLM_DTYPES[dtype], seed=seed, enable_prefix_caching=enable_prefix_caching,
+        max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
+        worker_extension_cls="gigpo.rollout.vllm_worker.WeightSyncExtension",
+    )
+    if max_model_len is not None:
+        kwargs["max_model_len"] = max_model_len
+    return LLM(**kwargs)
+
+
+class VLLMGenerator(Generator):
+    """vllm.LLM owned by this process. Weight sync: safetensors in /dev/shm -> worker
+    `reload_weights` (LM head included, even when tied) -> prefix-cache reset."""
+
+    def __init__(self, model_path: str, *, dtype: str = "bf16", seed: int = 0, kv_cache_gb: float = 1.0,
+                 gpu_memory_utilization: float = 0.5, enable_prefix_caching: bool = True,
+                 max_num_seqs: int = 256, max_model_len: Optional[int] = None, enforce_eager: bool = False) -> None:
+        super().__init__()
+        self.llm = build_engine(model_path, dtype=dtype, seed=seed, kv_cache_gb=kv_cache_gb,
+                                gpu_memory_utilization=gpu_memory_utilization,
+                                enable_prefix_caching=enable_prefix_caching, max_num_seqs=max_num_seqs,
+                                max_model_len=max_model_len, enforce_eager=enforce_eager)
+        self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
+        self.torch_dtype = self.llm.llm_engine.model_config.dtype
+        # Test-only fault injection: the two steps a sync must not skip.
+        self.fault_skip_prefix_reset = False
+        self.fault_skip_lm_head = False
+
+    def generate(self, prompts: list[list[int]], settings: SamplingSettings) -> list[Completion]:
+        check_prompts(prompts, self.vocab_size)
+        outputs = self.llm.generate([{"prompt_token_ids": list(map(int, p))} for p in prompts],
+                                    sampling_params(settings, len(prompts)), use_tqdm=False)
+        return completions_from_outputs(outputs, self.version)
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        check_version(version, self.version)
+        path = write_weights_file(full_state_dict(named_tensors, dtype=self.torch_dtype))
+        try:
+            self.load_weights_file(path, version)
+        finally:
+            path.unlink(missing_ok=True)
+
+    def load_weights_file(self, path: str | Path, version: int) -> None:
+        """Load a full state dict the trainer wrote (the server's update path), then drop cached KV."""
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"weights file {path} does not exist; it must be on this machine (e.g. /dev/shm)")
+        self.llm.collective_rpc("gigpo_load_weights", args=(str(path), self.fault_skip_lm_head))
+        if not self.fault_skip_prefix_reset:
+            if not self.llm.reset_prefix_cache():
+                raise RuntimeError("vLLM refused to reset its prefix cache after a weight sync; "
+                                   "cached prompts would keep the old weights' KV")
+        self._version = version
+
+    def close(self) -> None:
+        if getattr(self, "llm", None) is not None:
+            engine = self.llm.llm_engine
+            if hasattr(engine, "engine_core"):
+                engine.engine_core.shutdown()
+            self.llm = None
+
+
+def sampling_params(settings: SamplingSettings, num_prompts: int) -> list[Any]:
+    """One SamplingParams per prompt: a per-request seed keeps samples independent of batching."""
+    from vllm import SamplingParams
+
+    greedy = settings.temperature == 0
+    return [SamplingParams(
+        n=settings.n, temperature=settings.temperature, top_p=1.0 if greedy else settings.top_p,
+        max_tokens=settings.max_new_tokens, stop=list(settings.stop) or None, include_stop_str_in_output=True,
+        logprobs=0, seed=None if settings.seed is None else settings.seed + i,
+    ) for i in range(num_prompts)]
+
+
+def completions_from_outputs(outputs: list[Any], version: int) -> list[Completion]:
+    """vLLM RequestOutputs -> prompt-major Completions with the sampled tokens' raw log-probs."""
+    result = []
+    for i, out in enumerate(outputs):
+        for sample in out.outputs:
+            ids = list(sample.token_ids)
+            logprobs = [step[t].logprob for t, step in zip(ids, sample.logprobs)]
+            result.append(Completion(prompt_index=i, token_ids=ids, text=sample.text, logprobs=logprobs,
+                                     finish_reason="stop" if sample.finish_reason == "stop" else "length",
+                                     weight_version=version))
+    return result

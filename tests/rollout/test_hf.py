@@ -1,0 +1,83 @@
+"""The HF reference backend: contract of completions, log-probs, seeds, stops, weight updates."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gigpo.rollout.hf_backend import HFGenerator
+from gigpo.rollout.types import SamplingSettings
+from gigpo.rollout.verify import trainer_logprobs
+
+from .conftest import GREEDY, load_trainer_model, perturb, sample_prompts
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_model_dir):
+    return HFGenerator(str(tiny_model_dir), dtype="fp32")
+
+
+def test_left_padded_batch_equals_one_by_one(hf):
+    prompts = sample_prompts(5)
+    batched = hf.generate(prompts, GREEDY)
+    single = [hf.generate([p], GREEDY)[0] for p in prompts]
+    assert [c.token_ids for c in batched] == [c.token_ids for c in single]
+    assert [c.prompt_index for c in batched] == list(range(5))
+
+
+def test_logprobs_are_the_models_raw_logprobs_of_sampled_tokens(hf, tiny_model_dir):
+    model = load_trainer_model(tiny_model_dir)
+    prompts = sample_prompts(3, seed=1)
+    for c in hf.generate(prompts, SamplingSettings(temperature=1.3, top_p=0.9, max_new_tokens=12, seed=5)):
+        ref = trainer_logprobs(model, prompts[c.prompt_index], c.token_ids)
+        assert len(c.logprobs) == len(c.token_ids)
+        torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-4, rtol=0)
+
+
+def test_seed_reproduces_and_n_groups_by_prompt(hf):
+    prompts = sample_prompts(3, seed=2)
+    settings = SamplingSettings(temperature=1.0, max_new_tokens=10, n=4, seed=11)
+    a, b = hf.generate(prompts, settings), hf.generate(prompts, settings)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    assert [c.prompt_index for c in a] == [i for i in range(3) for _ in range(4)]
+    other = hf.generate(prompts, SamplingSettings(temperature=1.0, max_new_tokens=10, n=4, seed=12))
+    assert [c.token_ids for c in a] != [c.token_ids for c in other]
+
+
+def test_finish_reasons_eos_and_length(hf, tiny_model_dir):
+    """A model whose LM head always prefers <|im_end|> stops at once; a 1-token budget ends by length."""
+    gen = HFGenerator(str(tiny_model_dir), dtype="fp32")
+    eos = gen.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    model = load_trainer_model(tiny_model_dir)
+    with torch.no_grad():
+        model.lm_head.weight[eos] += 50 * model.lm_head.weight.abs().max()  # tied: also the embedding
+    named = [(n, p) for n, p in model.named_parameters()]
+    gen.update_weights(named, version=1)
+    [c] = gen.generate([[10, 11, 12]], SamplingSettings(temperature=0, max_new_tokens=8))
+    assert c.token_ids == [eos] and c.finish_reason == "stop" and c.weight_version == 1
+    [c] = hf.generate([[10, 11, 12]], SamplingSettings(temperature=0, max_new_tokens=1))
+    assert len(c.token_ids) == 1 and c.finish_reason == "length"
+
+
+def test_update_weights_changes_outputs_and_checks_names(tiny_model_dir):
+    gen = HFGenerator(str(tiny_model_dir), dtype="fp32")
+    model = load_trainer_model(tiny_model_dir)
+    prompts = sample_prompts(4, seed=3)
+    before = gen.generate(prompts, GREEDY)
+    perturb(model, seed=1)
+    gen.update_weights(model.named_parameters(), version=1)
+    after = gen.generate(prompts, GREEDY)
+    assert [c.token_ids for c in before] != [c.token_ids for c in after]
+    assert {c.weight_version for c in after} == {1}
+    with pytest.raises(ValueError, match="version 1 must be greater"):
+        gen.update_weights(model.named_parameters(), version=1)
+    with pytest.raises(ValueError, match="does not have"):
+        gen.update_weights([("model.bogus.weight", torch.zeros(2))] + list(model.named_parameters()), version=2)
+
+
+def test_bad_prompts_are_named(hf):
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        hf.generate([[1, 2], []], GREEDY)
+    with pytest.raises(ValueError, match=r"prompt 0 has token ids outside the vocabulary"):
+        hf.generate([[1, 10**6]], GREEDY)
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingSettings(temperature=-1)

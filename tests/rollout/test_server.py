@@ -1,0 +1,101 @@
+"""vllm-server: real `gigpo serve` processes started and supervised by the client."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import requests
+
+from gigpo.rollout.hf_backend import HFGenerator
+from gigpo.rollout.server import check_exposure
+from gigpo.rollout.server_client import ServerError, ServerGenerator, free_port
+from gigpo.rollout.types import SamplingSettings
+
+from .conftest import GREEDY, load_trainer_model, perturb, sample_prompts
+
+TOKEN = "test-token"
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model_dir):
+    gen = ServerGenerator(str(tiny_model_dir), num_servers=1, token=TOKEN,
+                          engine_args=dict(dtype="fp32", max_num_seqs=32, enforce_eager=True))
+    yield gen
+    gen.close()
+
+
+@pytest.fixture(scope="module")
+def trainer(tiny_model_dir):
+    return load_trainer_model(tiny_model_dir), HFGenerator(str(tiny_model_dir), dtype="fp32")
+
+
+def _sync_both(served, trainer, seed):
+    model, hf = trainer
+    perturb(model, seed=seed)
+    version = served.version + 1
+    hf.update_weights(model.named_parameters(), version)
+    return version
+
+
+def test_server_sync_makes_greedy_equal_to_hf(served, trainer):
+    prompts = sample_prompts(6, seed=9)
+    version = _sync_both(served, trainer, seed=300)
+    expected = [c.token_ids for c in trainer[1].generate(prompts, GREEDY)]
+    assert [c.token_ids for c in served.generate(prompts, GREEDY)] != expected
+    served.update_weights(trainer[0].named_parameters(), version)
+    synced = served.generate(prompts, GREEDY)
+    assert [c.token_ids for c in synced] == expected
+    assert {c.weight_version for c in synced} == {version}
+    assert requests.get(f"{served.servers[0].url}/version", timeout=5).json() == {"version": version}
+
+
+def test_weight_update_needs_the_token(served):
+    resp = requests.post(f"{served.servers[0].url}/update_weights", json={"path": "/dev/shm/x", "version": 99},
+                         timeout=5)
+    assert resp.status_code == 401
+    with pytest.raises(ValueError, match="beyond loopback"):
+        check_exposure("0.0.0.0", token=None)
+    check_exposure("127.0.0.1", token=None)
+
+
+def test_killed_server_is_restarted_at_the_current_version(served, trainer):
+    prompts = sample_prompts(32, seed=10)
+    version = _sync_both(served, trainer, seed=400)
+    served.update_weights(trainer[0].named_parameters(), version)
+    expected = [c.token_ids for c in trainer[1].generate(prompts, GREEDY)]
+    first = served.servers[0].process
+
+    killer = threading.Timer(0.2, lambda: os.killpg(first.pid, signal.SIGKILL))
+    killer.start()
+    during = served.generate(prompts, SamplingSettings(temperature=0, max_new_tokens=16))
+    killer.join()
+    after = served.generate(prompts, GREEDY)
+    assert first.poll() is not None and served.servers[0].process is not first
+    for result in (during, after):
+        assert [c.token_ids for c in result] == expected
+        assert {c.weight_version for c in result} == {version}
+
+
+def test_external_server_that_stops_answering_fails_clearly(served, tiny_model_dir):
+    """A stopped (SIGSTOP) external server is detected within 30 s and named; it is not restarted."""
+    external = ServerGenerator(str(tiny_model_dir), urls=[served.servers[0].url], token=TOKEN)
+    external._version = served.version
+    pid = served.servers[0].process.pid
+    os.killpg(pid, signal.SIGSTOP)
+    start = time.monotonic()
+    try:
+        with pytest.raises(ServerError, match=f"{served.servers[0].url} failed: .*unanswered.*external"):
+            external.generate(sample_prompts(2), GREEDY)
+    finally:
+        os.killpg(pid, signal.SIGCONT)
+        external.close()
+    assert time.monotonic() - start < 30
+
+
+def test_unreachable_external_server_is_named():
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ServerError, match=f"{url} does not answer /health"):
+        ServerGenerator("unused", urls=[url])
