@@ -117,10 +117,10 @@ def save_checkpoint(run_dir: str | Path, iteration: int, actor: Any, tokenizer: 
     info = rank_info()
     root = Path(run_dir) / CHECKPOINTS
     tmp, final = root / f".tmp-{iteration}", root / str(iteration)
+    json.dumps(loop_state or {})  # fail before writing anything if it cannot be stored
     if info.is_main:
         shutil.rmtree(tmp, ignore_errors=True)  # left by a crash: never trusted
         (tmp / "rng").mkdir(parents=True)
-        json.dumps(loop_state or {})  # fail before writing anything if it cannot be stored
     barrier()
     actor.save_state(str(tmp / "ds"), "actor")
     if critic is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterator, Literal, Optional, Sequence
+from typing import Any, Callable, Iterator, Literal, Optional, Sequence
 
 from gigpo.trainer.distributed import RankInfo, all_gather_objects, configure_accelerator, init_distributed
 
@@ -24,6 +24,7 @@ configure_accelerator()
 import deepspeed  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
+from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
 
 from gigpo.trainer.batching import MicroBatch, TrainSample, collate, plan_micro_batches, unpad  # noqa: E402
 from gigpo.trainer.losses import aggregate, entropy_from_logits, kl_k3, policy_loss, value_loss  # noqa: E402
@@ -89,11 +90,18 @@ def deepspeed_config(s: EngineSettings, train: bool = True) -> dict[str, Any]:
         cfg["gradient_clipping"] = s.grad_clip
         cfg["optimizer"] = {"type": "AdamW", "params": {
             "lr": s.lr, "weight_decay": s.weight_decay, "betas": [0.9, 0.999], "eps": 1e-8, "torch_adam": True}}
-        if s.warmup_steps > 0:
-            cfg["scheduler"] = {"type": "WarmupLR", "params": {
-                "warmup_min_lr": 0.0, "warmup_max_lr": s.lr, "warmup_num_steps": s.warmup_steps,
-                "warmup_type": "linear"}}
     return cfg
+
+
+def warmup_schedule(warmup_steps: int) -> Optional[Callable[[torch.optim.Optimizer], LambdaLR]]:
+    """Linear warm-up: optimizer step t (from 0) uses lr * min(1, (t + 1) / warmup_steps).
+
+    Not DeepSpeed's WarmupLR: its linear ramp starts at 0 and spends the first two steps at lr 0.
+    DeepSpeed steps it after every optimizer step and saves it in its checkpoints.
+    """
+    if warmup_steps <= 0:
+        return None
+    return lambda optimizer: LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps))
 
 
 def _load_hf(model_path: str, s: EngineSettings, ds_config: dict[str, Any], value_head: bool):
@@ -221,6 +229,7 @@ class _TrainedEngine(_PackedModel):
                     budget_used += s.micro_token_budget
                     for key, value in parts.items():
                         sums[key] += value
+            lr = float(self.engine.get_lr()[0])  # what this step uses; the scheduler moves it after
             self.engine.step()
             steps += 1
             norm = self.engine.get_global_grad_norm()
@@ -235,7 +244,7 @@ class _TrainedEngine(_PackedModel):
         counts = all_gather_objects((micro, packed, budget_used))
         metrics.update({
             f"{self._prefix}/grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else float("nan"),
-            f"{self._prefix}/lr": float(self.engine.get_lr()[0]),
+            f"{self._prefix}/lr": lr,
             f"{self._prefix}/optimizer_steps": float(steps),
             "perf/micro_batches": float(sum(c[0] for c in counts)),
             # packing concatenates samples, so no token is padding; fill = share of the budget used
@@ -271,7 +280,8 @@ class ActorEngine(_TrainedEngine, _PolicyForward):
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings)
         model, self._hf_ds_config = _load_hf(model_path, settings, self.ds_config, value_head=False)
-        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config)
+        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config,
+                                               lr_scheduler=warmup_schedule(settings.warmup_steps))
 
     def _loss_agg(self) -> str:
         return self.loss.loss_agg
@@ -383,7 +393,8 @@ class CriticEngine(_TrainedEngine):
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings)
         model, self._hf_ds_config = _load_hf(model_path, settings, self.ds_config, value_head=True)
-        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config)
+        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config,
+                                               lr_scheduler=warmup_schedule(settings.warmup_steps))
 
     def _loss_agg(self) -> str:
         return "token-mean"
