@@ -119,11 +119,13 @@ def barrier() -> None:
 
 
 def relaunch_command(argv: Sequence[str], nprocs: int, module: str = "gigpo.cli",
-                     hostfile: Optional[str] = None, master_port: Optional[int] = None) -> list[str]:
+                     hostfile: Optional[str] = None, master_port: Optional[int] = None,
+                     script: Optional[str] = None) -> list[str]:
     """The DeepSpeed launcher command running `python -m module argv...` as `nprocs` ranks per machine.
 
-    `--no_local_rank`: our entry points read LOCAL_RANK from the environment, not `--local_rank`.
-    With `hostfile`, the launcher starts ranks on every listed machine (over ssh/pdsh; not run here).
+    `script` runs a Python file instead of a module. `--no_local_rank`: our entry points read
+    LOCAL_RANK from the environment, not `--local_rank`. With `hostfile`, the launcher starts ranks
+    on every listed machine (over ssh/pdsh; not run here).
     """
     if nprocs < 1:
         raise ValueError(f"trainer.nprocs={nprocs} must be at least 1")
@@ -133,7 +135,7 @@ def relaunch_command(argv: Sequence[str], nprocs: int, module: str = "gigpo.cli"
         cmd += ["--hostfile", hostfile, "--num_gpus", str(nprocs)]
     else:
         cmd += ["--num_nodes", "1", "--num_gpus", str(nprocs)]
-    return cmd + ["--module", module, *argv]
+    return cmd + ([script] if script else ["--module", module]) + list(argv)
 
 
 def launched() -> bool:
