@@ -105,11 +105,16 @@ def warmup_schedule(warmup_steps: int) -> Optional[Callable[[torch.optim.Optimiz
 
 
 def _load_hf(model_path: str, s: EngineSettings, ds_config: dict[str, Any], value_head: bool):
-    """Load the HF model; under ZeRO-3 straight into partitions (HfDeepSpeedConfig must stay alive)."""
+    """Load the HF model; under ZeRO-3 straight into partitions, never whole on one rank.
+
+    transformers partitions at load while an HfDeepSpeedConfig object is alive (a process-wide weak
+    reference). It lives only for this call, so later from_pretrained calls in the process (an HF
+    generator, tests) load ordinary, whole models.
+    """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
     from transformers.integrations import HfDeepSpeedConfig
 
-    keep_alive = HfDeepSpeedConfig(ds_config) if s.zero_stage == 3 else None
+    zero3_loading = HfDeepSpeedConfig(ds_config) if s.zero_stage == 3 else None  # noqa: F841
     torch.manual_seed(s.seed)
     if value_head:
         hf_config = AutoConfig.from_pretrained(model_path, num_labels=1)
@@ -120,7 +125,7 @@ def _load_hf(model_path: str, s: EngineSettings, ds_config: dict[str, Any], valu
     model.config.use_cache = False
     if s.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return model, keep_alive
+    return model
 
 
 class _PackedModel:
@@ -279,7 +284,7 @@ class ActorEngine(_TrainedEngine, _PolicyForward):
         self.settings, self.loss = settings, loss
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings)
-        model, self._hf_ds_config = _load_hf(model_path, settings, self.ds_config, value_head=False)
+        model = _load_hf(model_path, settings, self.ds_config, value_head=False)
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config,
                                                lr_scheduler=warmup_schedule(settings.warmup_steps))
 
@@ -347,8 +352,11 @@ class _gathered:
 
 
 def _iter_full_weights(module: torch.nn.Module, zero3: bool) -> Iterator[tuple[str, Tensor]]:
+    """named_parameters() order and names (a tied weight once), gathered one module at a time."""
+    seen: set[int] = set()
     for prefix, sub in module.named_modules():
-        params = list(sub.named_parameters(recurse=False))
+        params = [(n, p) for n, p in sub.named_parameters(recurse=False) if id(p) not in seen]
+        seen.update(id(p) for _, p in params)
         if not params:
             continue
         with _gathered([p for _, p in params], zero3):
@@ -359,17 +367,17 @@ def _iter_full_weights(module: torch.nn.Module, zero3: bool) -> Iterator[tuple[s
 class ReferenceModel(_PolicyForward):
     """Frozen copy of the initial policy for the KL term: no optimizer, no gradients.
 
-    Under ZeRO-3 with several ranks it is a DeepSpeed engine without optimizer, so its weights are
-    partitioned like the actor's; otherwise a plain module in the training dtype.
+    Under ZeRO-3 it is a DeepSpeed engine without optimizer, so its weights are partitioned like the
+    actor's; otherwise a plain module in the training dtype.
     """
 
     def __init__(self, model_path: str, settings: EngineSettings):
         self.settings = settings
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings, train=False)
-        model, self._hf_ds_config = _load_hf(model_path, settings, self.ds_config, value_head=False)
+        model = _load_hf(model_path, settings, self.ds_config, value_head=False)
         model.requires_grad_(False)
-        if settings.zero_stage == 3 and self.info.world_size > 1:
+        if settings.zero_stage == 3:  # loaded partitioned (HfDeepSpeedConfig): only an engine can run it
             self.module, *_ = deepspeed.initialize(model=model, config=self.ds_config)
         else:
             dtype = torch.bfloat16 if settings.dtype == "bf16" else torch.float32
@@ -392,7 +400,7 @@ class CriticEngine(_TrainedEngine):
         self.settings, self.loss = settings, loss
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings)
-        model, self._hf_ds_config = _load_hf(model_path, settings, self.ds_config, value_head=True)
+        model = _load_hf(model_path, settings, self.ds_config, value_head=True)
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config,
                                                lr_scheduler=warmup_schedule(settings.warmup_steps))
 

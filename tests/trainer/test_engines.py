@@ -105,9 +105,13 @@ def test_micro_batching_does_not_change_the_gradient(tiny_model_dir, samples):
 
 
 def test_named_weights_are_the_full_hf_weights(actor):
+    names = [name for name, _ in actor.named_weights()]
+    assert len(names) == len(set(names))
+    assert names[-1] == "lm_head.weight"  # tied to the embedding; sent too (vLLM-CPU keeps its own copy)
+    assert [n for n, _ in actor.named_weights(include_tied=False)] == names[:-1]
     weights = dict(actor.named_weights())
     state = actor.hf_module().state_dict()
-    assert set(weights) == set(state)  # including lm_head.weight, tied to the embedding
+    assert set(weights) == set(state)
     for name, tensor in weights.items():
         assert tensor.device.type == "cpu"
         torch.testing.assert_close(tensor, state[name])
@@ -125,3 +129,18 @@ def test_critic_learns_the_returns(tiny_model_dir, samples):
     for _ in range(4):
         last = critic.update(samples)["critic/value_loss"]
     assert last < first
+
+
+def test_zero3_gathers_full_weights_and_matches_hf(tiny_model_dir, hf_model, samples):
+    """ZeRO-3 (one rank): loaded partitioned, yet log-probs and gathered weights are the model's."""
+    settings = EngineSettings(zero_stage=3, dtype="fp32", micro_token_budget=48, mini_batch_size=6)
+    zero3 = ActorEngine(str(tiny_model_dir), settings, LossSettings(kl_coef=0.0))
+    assert any(p.numel() == 0 for p in zero3.hf_module().parameters())  # really partitioned
+    for sample, logp in zip(samples, zero3.compute_log_probs(samples)):
+        torch.testing.assert_close(logp, hf_reference(hf_model, sample)[0], atol=1e-5, rtol=1e-5)
+    state = hf_model.state_dict()
+    for name, tensor in zero3.named_weights():
+        torch.testing.assert_close(tensor, state[name])
+    # the partitioning hook is gone after loading: other models in this process load whole
+    again = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    assert all(p.numel() > 0 for p in again.parameters())
