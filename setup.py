@@ -14,6 +14,7 @@ CORE = [
     "tokenizers>=0.23",
     "safetensors>=0.6",
     "deepspeed==0.19.8",
+    "accelerate>=1.1",  # transformers needs it to load a model straight into ZeRO-3 partitions
     "gymnasium>=1.0",
     "wandb>=0.19",
     "tqdm>=4.66",

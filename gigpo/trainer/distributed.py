@@ -1,0 +1,157 @@
+"""Ranks for the one-controller design: every rank runs the same `gigpo train`; rank 0 alone drives
+environments and generation and broadcasts each batch to the others before the update.
+
+`relaunch_command` builds the DeepSpeed launcher command that `gigpo train` re-executes itself under
+when `trainer.nprocs > 1`; inside the launched ranks WORLD_SIZE is set, so it is not relaunched again.
+Several machines: the same launcher with `--hostfile` (docs/trainer.md; not run here).
+CPU ranks talk over gloo, GPU ranks over NCCL.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, TypeVar
+
+T = TypeVar("T")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def configure_accelerator() -> str:
+    """Tell DeepSpeed to use the CPU when there is no GPU (it must be set before deepspeed is imported)."""
+    if "DS_ACCELERATOR" not in os.environ and not _cuda_available():
+        os.environ["DS_ACCELERATOR"] = "cpu"
+    return os.environ.get("DS_ACCELERATOR", "cuda")
+
+
+def default_backend() -> str:
+    return "gloo" if configure_accelerator() == "cpu" else "nccl"
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    local_rank: int
+    world_size: int
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def rank_info() -> RankInfo:
+    """This process's place among the ranks (0 of 1 when not launched)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return RankInfo(dist.get_rank(), int(os.environ.get("LOCAL_RANK", 0)), dist.get_world_size())
+    return RankInfo(int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(backend: Optional[str] = None) -> RankInfo:
+    """Join (or, alone, create) the process group DeepSpeed needs; idempotent."""
+    import torch.distributed as dist
+
+    backend = backend or default_backend()
+    if not dist.is_initialized():
+        if "WORLD_SIZE" not in os.environ:  # a single process not started by a launcher
+            os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+                               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+    info = rank_info()
+    if backend == "nccl":
+        import torch
+
+        torch.cuda.set_device(info.local_rank)
+    return info
+
+
+def shutdown_distributed() -> None:
+    """Destroy the process group; a ZeRO-3 run on CPU that skips this aborts at exit (PLATFORM.md)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def broadcast_object(obj: T, src: int = 0) -> T:
+    """Rank `src`'s object on every rank (pickled; fine for a batch of token ids and floats)."""
+    import torch.distributed as dist
+
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def all_gather_objects(obj: Any) -> list[Any]:
+    """Every rank's object, in rank order."""
+    import torch.distributed as dist
+
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def relaunch_command(argv: Sequence[str], nprocs: int, module: str = "gigpo.cli",
+                     hostfile: Optional[str] = None, master_port: Optional[int] = None,
+                     script: Optional[str] = None) -> list[str]:
+    """The DeepSpeed launcher command running `python -m module argv...` as `nprocs` ranks per machine.
+
+    `script` runs a Python file instead of a module. `--no_local_rank`: our entry points read
+    LOCAL_RANK from the environment, not `--local_rank`. With `hostfile`, the launcher starts ranks
+    on every listed machine (over ssh/pdsh; not run here).
+    """
+    if nprocs < 1:
+        raise ValueError(f"trainer.nprocs={nprocs} must be at least 1")
+    cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--no_local_rank",
+           "--master_port", str(master_port or free_port())]
+    if hostfile:
+        cmd += ["--hostfile", hostfile, "--num_gpus", str(nprocs)]
+    else:
+        cmd += ["--num_nodes", "1", "--num_gpus", str(nprocs)]
+    return cmd + ([script] if script else ["--module", module]) + list(argv)
+
+
+def launched() -> bool:
+    """True inside a rank started by a launcher (or torchrun)."""
+    return "WORLD_SIZE" in os.environ and "LOCAL_RANK" in os.environ
+
+
+def relaunch_if_needed(argv: Sequence[str], nprocs: int, module: str = "gigpo.cli",
+                       hostfile: Optional[str] = None) -> Optional[int]:
+    """From `gigpo train`: with nprocs > 1 and not yet launched, run the ranks and return their exit code.
+
+    Returns None when the caller should just carry on in this process (one rank, or already a rank).
+    """
+    import subprocess
+
+    if nprocs <= 1 or launched():
+        return None
+    configure_accelerator()
+    return subprocess.call(relaunch_command(argv, nprocs, module, hostfile), env=os.environ.copy())

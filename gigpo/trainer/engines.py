@@ -1,0 +1,434 @@
+"""DeepSpeed engines: the actor (policy being trained), the frozen reference, and PPO's critic.
+
+All three run the same packed forward (gigpo.trainer.batching): one row per micro-batch, logits only
+at the positions that predict response tokens (`logits_to_keep`), so the vocabulary projection costs
+what the response needs, not the prompt. With several ranks every rank calls the same method with the
+same samples (rank 0 broadcast them); each computes its share of micro-batches and results are
+gathered, so every rank returns the full answer.
+
+Gradient accumulation is caller-owned (`managed_gradient_accumulation: false`): one backward per
+micro-batch, however many a mini-batch needs, then one `engine.step()`; losses are divided by the
+mini-batch's token (or sequence) count, so the accumulated gradient is exactly the mini-batch's.
+"""
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Literal, Optional, Sequence
+
+from gigpo.trainer.distributed import RankInfo, all_gather_objects, configure_accelerator, init_distributed
+
+configure_accelerator()
+
+import deepspeed  # noqa: E402
+import torch  # noqa: E402
+from torch import Tensor  # noqa: E402
+from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
+
+from gigpo.trainer.batching import MicroBatch, TrainSample, collate, plan_micro_batches, unpad  # noqa: E402
+from gigpo.trainer.losses import aggregate, entropy_from_logits, kl_k3, policy_loss, value_loss  # noqa: E402
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How an engine is built and fed (from TrainerConfig/ModelConfig; see `settings_from_config`)."""
+
+    zero_stage: int = 2
+    dtype: Literal["bf16", "fp32"] = "bf16"
+    gradient_checkpointing: bool = False
+    micro_token_budget: int = 16384
+    mini_batch_size: int = 256
+    ppo_epochs: int = 1
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    grad_clip: float = 1.0
+    seed: int = 0
+    temperature: float = 1.0
+    """Sampling temperature of the rollout: log-probs are those of logits / temperature."""
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """PPO-clip objective (from AlgorithmConfig)."""
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_coef: float = 0.01
+    entropy_coef: float = 0.001
+    loss_agg: Literal["token-mean", "seq-mean"] = "token-mean"
+    value_clip: Optional[float] = 0.2
+    """Critic: PPO's clipped value loss around values_old (None: plain squared error)."""
+
+
+def settings_from_config(config: Any, critic: bool = False) -> tuple[EngineSettings, LossSettings]:
+    """Engine and loss settings from a gigpo Config (the actor's, or the critic's with `critic=True`)."""
+    t, m, a = config.trainer, config.model, config.algorithm
+    engine = EngineSettings(
+        zero_stage=t.zero_stage, dtype=m.dtype, gradient_checkpointing=m.gradient_checkpointing,
+        micro_token_budget=t.micro_token_budget, mini_batch_size=t.mini_batch_size, ppo_epochs=t.ppo_epochs,
+        lr=t.critic_lr if critic else t.lr, weight_decay=t.weight_decay, warmup_steps=t.warmup_steps,
+        grad_clip=t.grad_clip, seed=t.seed, temperature=config.rollout.temperature or 1.0)
+    loss = LossSettings(clip_low=a.clip_low, clip_high=a.clip_high, kl_coef=a.kl_coef,
+                        entropy_coef=a.entropy_coef, loss_agg=a.loss_agg)
+    return engine, loss
+
+
+def deepspeed_config(s: EngineSettings, train: bool = True) -> dict[str, Any]:
+    """The DeepSpeed config for an engine; `train=False` for a frozen model (no optimizer)."""
+    cfg: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "managed_gradient_accumulation": False,
+        "zero_optimization": {"stage": s.zero_stage},
+        "bf16": {"enabled": s.dtype == "bf16"},
+        "steps_per_print": 1 << 30,
+        "wall_clock_breakdown": False,
+    }
+    if train:
+        cfg["gradient_clipping"] = s.grad_clip
+        cfg["optimizer"] = {"type": "AdamW", "params": {
+            "lr": s.lr, "weight_decay": s.weight_decay, "betas": [0.9, 0.999], "eps": 1e-8, "torch_adam": True}}
+    return cfg
+
+
+def warmup_schedule(warmup_steps: int) -> Optional[Callable[[torch.optim.Optimizer], LambdaLR]]:
+    """Linear warm-up: optimizer step t (from 0) uses lr * min(1, (t + 1) / warmup_steps).
+
+    Not DeepSpeed's WarmupLR: its linear ramp starts at 0 and spends the first two steps at lr 0.
+    DeepSpeed steps it after every optimizer step and saves it in its checkpoints.
+    """
+    if warmup_steps <= 0:
+        return None
+    return lambda optimizer: LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps))
+
+
+def _load_hf(model_path: str, s: EngineSettings, ds_config: dict[str, Any], value_head: bool):
+    """Load the HF model; under ZeRO-3 straight into partitions, never whole on one rank.
+
+    transformers partitions at load while an HfDeepSpeedConfig object is alive (a process-wide weak
+    reference). It lives only for this call, so later from_pretrained calls in the process (an HF
+    generator, tests) load ordinary, whole models.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+    from transformers.integrations import HfDeepSpeedConfig
+
+    zero3_loading = HfDeepSpeedConfig(ds_config) if s.zero_stage == 3 else None  # noqa: F841
+    torch.manual_seed(s.seed)
+    if value_head:
+        hf_config = AutoConfig.from_pretrained(model_path, num_labels=1)
+        hf_config.classifier_dropout = 0.0
+        model = AutoModelForTokenClassification.from_pretrained(model_path, config=hf_config, dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model.config.use_cache = False
+    if s.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+class _PackedModel:
+    """Shared by all engines: micro-batched forwards over packed samples, spread over ranks."""
+
+    settings: EngineSettings
+    info: RankInfo
+
+    def _module(self) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def _call(self, mb: MicroBatch) -> Tensor:
+        raise NotImplementedError
+
+    def _plan(self, samples: Sequence[TrainSample]) -> list[tuple[list[int], bool]]:
+        lengths = [len(s) for s in samples]
+        return plan_micro_batches(lengths, self.settings.micro_token_budget, self.info.world_size)[self.info.rank]
+
+    def _gather_results(self, samples: Sequence[TrainSample], local: dict[int, Any]) -> list[Any]:
+        merged: dict[int, Any] = {}
+        for part in all_gather_objects(local):
+            merged.update(part)
+        return [merged[i] for i in range(len(samples))]
+
+
+class _PolicyForward(_PackedModel):
+    def _call(self, mb: MicroBatch) -> Tensor:
+        """(n, Rmax, V) float32 logits (temperature-scaled) at the positions predicting response tokens."""
+        out = self._forward(input_ids=mb.input_ids, position_ids=mb.position_ids,
+                            logits_to_keep=mb.keep_positions, use_cache=False)
+        logits = out.logits[0].float() / self.settings.temperature  # (K, V)
+        return logits[mb.gather_index]
+
+    def _forward(self, **kwargs):
+        return self._module()(**kwargs)
+
+    def _logp_entropy(self, mb: MicroBatch, with_entropy: bool) -> tuple[Tensor, Optional[Tensor]]:
+        logits = self._call(mb)
+        logp = torch.log_softmax(logits, -1).gather(-1, mb.targets.unsqueeze(-1)).squeeze(-1)  # (n, Rmax)
+        return logp, (entropy_from_logits(logits) if with_entropy else None)
+
+    @torch.no_grad()
+    def compute_log_probs(self, samples: Sequence[TrainSample], with_entropy: bool = False
+                          ) -> list[Tensor] | tuple[list[Tensor], list[Tensor]]:
+        """Per-sample (R,) float32 log-probs of the response tokens (and their entropies)."""
+        local: dict[int, Any] = {}
+        for indices, dummy in self._plan(samples):
+            mb = collate(samples, indices, dummy)
+            logp, ent = self._logp_entropy(mb, with_entropy)
+            if dummy:
+                continue
+            per_sample = unpad(logp, mb.mask)
+            ents = unpad(ent, mb.mask) if ent is not None else [None] * len(per_sample)
+            for i, lp, e in zip(indices, per_sample, ents):
+                local[i] = (lp, e)
+        results = self._gather_results(samples, local)
+        logps = [r[0] for r in results]
+        if with_entropy:
+            return logps, [r[1] for r in results]
+        return logps
+
+
+def _minibatches(n: int, size: int, epochs: int, seed: int) -> Iterator[list[int]]:
+    """Shuffled mini-batches of sample indices; identical on every rank (same seed)."""
+    rng = random.Random(seed)
+    for _ in range(epochs):
+        order = list(range(n))
+        rng.shuffle(order)
+        for start in range(0, n, size):
+            yield order[start:start + size]
+
+
+class _TrainedEngine(_PackedModel):
+    """Holds a deepspeed engine with an optimizer; runs accumulation, clipping and the step."""
+
+    engine: Any
+    updates: int = 0
+    """update() calls so far; seeds each call's shuffle, restored from checkpoints."""
+
+    def _module(self) -> torch.nn.Module:
+        return self.engine
+
+    def _micro_loss(self, mb: MicroBatch, denominator: float) -> tuple[Tensor, dict[str, float]]:
+        raise NotImplementedError
+
+    def update(self, samples: Sequence[TrainSample]) -> dict[str, float]:
+        """Train on `samples`: ppo_epochs x mini-batches of mini_batch_size, each one optimizer step."""
+        if not samples:
+            raise ValueError("update() got no samples")
+        s, world = self.settings, self.info.world_size
+        self.engine.train()
+        sums: dict[str, float] = defaultdict(float)
+        steps, grad_norms, micro, packed, budget_used = 0, [], 0, 0, 0
+        for mini in _minibatches(len(samples), s.mini_batch_size, s.ppo_epochs, s.seed * 1_000_003 + self.updates):
+            subset = [samples[i] for i in mini]
+            tokens = sum(len(x.response_ids) for x in subset)
+            denominator = float(tokens if self._loss_agg() == "token-mean" else len(subset))
+            for indices, dummy in self._plan(subset):
+                mb = collate(subset, indices, dummy)
+                loss, parts = self._micro_loss(mb, denominator)
+                # DeepSpeed averages gradients over ranks; each rank holds a share of the mini-batch sum.
+                self.engine.backward(loss * (0.0 if dummy else float(world)))
+                micro += 1
+                if not dummy:
+                    packed += mb.num_tokens
+                    budget_used += s.micro_token_budget
+                    for key, value in parts.items():
+                        sums[key] += value
+            lr = float(self.engine.get_lr()[0])  # what this step uses; the scheduler moves it after
+            self.engine.step()
+            steps += 1
+            norm = self.engine.get_global_grad_norm()
+            if norm is not None:
+                grad_norms.append(float(norm))
+        self.updates += 1
+        totals: dict[str, float] = defaultdict(float)
+        for part in all_gather_objects(dict(sums)):
+            for key, value in part.items():
+                totals[key] += value
+        metrics = {key: value / steps for key, value in totals.items()}  # mean over optimizer steps
+        counts = all_gather_objects((micro, packed, budget_used))
+        metrics.update({
+            f"{self._prefix}/grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else float("nan"),
+            f"{self._prefix}/lr": lr,
+            f"{self._prefix}/optimizer_steps": float(steps),
+            "perf/micro_batches": float(sum(c[0] for c in counts)),
+            # packing concatenates samples, so no token is padding; fill = share of the budget used
+            "perf/pad_share": 0.0,
+            "perf/budget_fill": sum(c[1] for c in counts) / max(1, sum(c[2] for c in counts)),
+        })
+        return metrics
+
+    _prefix = "actor"
+
+    def _loss_agg(self) -> str:
+        raise NotImplementedError
+
+    def save_state(self, directory: str, tag: str) -> None:
+        """DeepSpeed checkpoint (weights, optimizer, scheduler) under directory/tag; all ranks call."""
+        self.engine.save_checkpoint(directory, tag=tag, client_state={"updates": self.updates}, save_latest=False)
+
+    def load_state(self, directory: str, tag: str) -> None:
+        _, client = self.engine.load_checkpoint(directory, tag=tag, load_optimizer_states=True,
+                                                load_lr_scheduler_states=True)
+        if client is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint {tag!r} under {directory}")
+        self.updates = int(client.get("updates", 0))
+
+
+class ActorEngine(_TrainedEngine, _PolicyForward):
+    """The policy: log-probs for old/ref computations and PPO-clip updates, weights for the generator."""
+
+    _prefix = "actor"
+
+    def __init__(self, model_path: str, settings: EngineSettings, loss: LossSettings):
+        self.settings, self.loss = settings, loss
+        self.info = init_distributed()
+        self.ds_config = deepspeed_config(settings)
+        model = _load_hf(model_path, settings, self.ds_config, value_head=False)
+        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config,
+                                               lr_scheduler=warmup_schedule(settings.warmup_steps))
+
+    def _loss_agg(self) -> str:
+        return self.loss.loss_agg
+
+    def _micro_loss(self, mb: MicroBatch, denominator: float) -> tuple[Tensor, dict[str, float]]:
+        L = self.loss
+        if "logp_old" not in mb.fields:
+            raise ValueError("every TrainSample needs logp_old for update(): compute them with "
+                             "actor.compute_log_probs(samples) before the first mini-batch step")
+        logp, entropy = self._logp_entropy(mb, with_entropy=True)
+        mask, agg = mb.mask, L.loss_agg
+        pg, clipped = policy_loss(logp, mb.fields["logp_old"], mb.fields["advantage"], L.clip_low, L.clip_high)
+        pg_loss = aggregate(pg, mask, agg, denominator)
+        ent = aggregate(entropy, mask, agg, denominator)
+        loss = pg_loss - L.entropy_coef * ent
+        parts = {"loss/policy": pg_loss.item(), "loss/entropy": ent.item(),
+                 "loss/clip_frac": aggregate(clipped, mask, agg, denominator).item(),
+                 "loss/approx_kl_old": aggregate(mb.fields["logp_old"] - logp.detach(), mask, agg, denominator).item()}
+        if L.kl_coef > 0:
+            if "logp_ref" not in mb.fields:
+                raise ValueError(f"algorithm.kl_coef={L.kl_coef} needs logp_ref on every TrainSample: compute "
+                                 "them with reference.compute_log_probs(samples), or set algorithm.kl_coef=0")
+            kl = aggregate(kl_k3(logp, mb.fields["logp_ref"]), mask, agg, denominator)
+            loss = loss + L.kl_coef * kl
+            parts["loss/kl"] = kl.item()
+        parts["loss/total"] = loss.item()
+        return loss, parts
+
+    def named_weights(self, include_tied: bool = True) -> Iterator[tuple[str, Tensor]]:
+        """Every full weight as (HF name, CPU tensor), for the generator's weight sync or saving.
+
+        All ranks must iterate together under ZeRO-3: each module's parameters are gathered (one
+        module at a time, so never more than one layer's worth at once), copied out and released.
+        With tied embeddings `lm_head.weight` is also yielded (vLLM's CPU LM head keeps its own copy).
+        """
+        module = self.engine.module
+        yield from _iter_full_weights(module, self.settings.zero_stage == 3)
+        config = getattr(module, "config", None)
+        if include_tied and getattr(config, "tie_word_embeddings", False):
+            embed = module.get_input_embeddings().weight
+            with _gathered([embed], self.settings.zero_stage == 3):
+                yield "lm_head.weight", embed.detach().to("cpu", copy=True)
+
+    def hf_module(self) -> torch.nn.Module:
+        """The underlying transformers model (its config and save_pretrained)."""
+        return self.engine.module
+
+
+class _gathered:
+    """`deepspeed.zero.GatheredParameters` under ZeRO-3, nothing otherwise."""
+
+    def __init__(self, params: list[Tensor], zero3: bool):
+        self.ctx = deepspeed.zero.GatheredParameters(params, modifier_rank=None) if zero3 else None
+
+    def __enter__(self):
+        if self.ctx is not None:
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            return self.ctx.__exit__(*exc)
+        return False
+
+
+def _iter_full_weights(module: torch.nn.Module, zero3: bool) -> Iterator[tuple[str, Tensor]]:
+    """named_parameters() order and names (a tied weight once), gathered one module at a time."""
+    seen: set[int] = set()
+    for prefix, sub in module.named_modules():
+        params = [(n, p) for n, p in sub.named_parameters(recurse=False) if id(p) not in seen]
+        seen.update(id(p) for _, p in params)
+        if not params:
+            continue
+        with _gathered([p for _, p in params], zero3):
+            for name, p in params:
+                yield (f"{prefix}.{name}" if prefix else name), p.detach().to("cpu", copy=True)
+
+
+class ReferenceModel(_PolicyForward):
+    """Frozen copy of the initial policy for the KL term: no optimizer, no gradients.
+
+    Under ZeRO-3 it is a DeepSpeed engine without optimizer, so its weights are partitioned like the
+    actor's; otherwise a plain module in the training dtype.
+    """
+
+    def __init__(self, model_path: str, settings: EngineSettings):
+        self.settings = settings
+        self.info = init_distributed()
+        self.ds_config = deepspeed_config(settings, train=False)
+        model = _load_hf(model_path, settings, self.ds_config, value_head=False)
+        model.requires_grad_(False)
+        if settings.zero_stage == 3:  # loaded partitioned (HfDeepSpeedConfig): only an engine can run it
+            self.module, *_ = deepspeed.initialize(model=model, config=self.ds_config)
+        else:
+            dtype = torch.bfloat16 if settings.dtype == "bf16" else torch.float32
+            self.module = model.to(dtype)
+        self.module.eval()
+
+    def _module(self) -> torch.nn.Module:
+        return self.module
+
+
+class CriticEngine(_TrainedEngine):
+    """PPO's value model: the policy's architecture with a scalar head per token, own optimizer.
+
+    The value of response token j is read where the policy predicts it (the state before token j).
+    """
+
+    _prefix = "critic"
+
+    def __init__(self, model_path: str, settings: EngineSettings, loss: LossSettings):
+        self.settings, self.loss = settings, loss
+        self.info = init_distributed()
+        self.ds_config = deepspeed_config(settings)
+        model = _load_hf(model_path, settings, self.ds_config, value_head=True)
+        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config,
+                                               lr_scheduler=warmup_schedule(settings.warmup_steps))
+
+    def _loss_agg(self) -> str:
+        return "token-mean"
+
+    def _call(self, mb: MicroBatch) -> Tensor:
+        out = self.engine(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
+        values = out.logits[0, :, 0].float()  # (L,)
+        return values[mb.keep_positions][mb.gather_index]  # (n, Rmax)
+
+    @torch.no_grad()
+    def compute_values(self, samples: Sequence[TrainSample]) -> list[Tensor]:
+        """Per-sample (R,) values of the states before each response token."""
+        local: dict[int, Tensor] = {}
+        for indices, dummy in self._plan(samples):
+            mb = collate(samples, indices, dummy)
+            values = self._call(mb)
+            if not dummy:
+                local.update(zip(indices, unpad(values, mb.mask)))
+        return self._gather_results(samples, local)
+
+    def _micro_loss(self, mb: MicroBatch, denominator: float) -> tuple[Tensor, dict[str, float]]:
+        if "returns" not in mb.fields:
+            raise ValueError("every TrainSample needs returns for critic.update()")
+        values = self._call(mb)
+        old = mb.fields.get("values_old")
+        clip = self.loss.value_clip if old is not None else None
+        per_token = value_loss(values, old if old is not None else values.detach(), mb.fields["returns"], clip)
+        loss = aggregate(per_token, mb.mask, "token-mean", denominator)
+        return loss, {"critic/value_loss": loss.item()}

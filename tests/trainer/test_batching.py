@@ -1,0 +1,70 @@
+"""Packing samples into micro-batches by token budget."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gigpo.trainer.batching import (TokenBudgetError, TrainSample, check_token_budget, collate, pack_by_budget,
+                                    plan_micro_batches, unpad)
+
+
+def _sample(p: int, r: int, base: int = 10) -> TrainSample:
+    return TrainSample(list(range(base, base + p)), list(range(base + 100, base + 100 + r)), advantage=0.5)
+
+
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=40), st.integers(50, 120))
+@settings(max_examples=60, deadline=None)
+def test_bins_respect_budget_and_cover_every_sample_once(lengths, budget):
+    bins = pack_by_budget(lengths, budget)
+    assert sorted(i for b in bins for i in b) == list(range(len(lengths)))
+    assert all(sum(lengths[i] for i in b) <= budget for b in bins)
+    # first fit leaves at most one bin half full or less (else its items would have fitted earlier)
+    assert sum(1 for b in bins if 2 * sum(lengths[i] for i in b) <= budget) <= 1
+
+
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=30), st.integers(50, 100), st.integers(1, 4))
+@settings(max_examples=60, deadline=None)
+def test_plan_gives_every_rank_the_same_count(lengths, budget, world):
+    plan = plan_micro_batches(lengths, budget, world)
+    assert len(plan) == world and len({len(r) for r in plan}) == 1
+    real = sorted(i for rank in plan for b, dummy in rank if not dummy for i in b)
+    assert real == list(range(len(lengths)))
+
+
+def test_plan_adds_dummy_when_nothing_can_be_split():
+    plan = plan_micro_batches([40], budget=50, world_size=2)
+    flat = [b for rank in plan for b in rank]
+    assert sorted(d for _, d in flat) == [False, True]
+
+
+def test_oversized_sample_is_named_with_numbers():
+    with pytest.raises(TokenBudgetError, match=r"sample 1 has 70 tokens.*micro_token_budget=64"):
+        pack_by_budget([10, 70], 64)
+    with pytest.raises(TokenBudgetError, match=r"2048 \+ .*512 = 2560.*micro_token_budget=2000"):
+        check_token_budget(2048, 512, 2000)
+    check_token_budget(2048, 512, 2560)
+
+
+def test_collate_layout_points_at_the_logits_that_predict_each_response_token():
+    a, b = _sample(3, 2, base=10), _sample(2, 3, base=50)
+    mb = collate([a, b], [0, 1])
+    assert mb.input_ids.tolist() == [a.prompt_ids + a.response_ids + b.prompt_ids + b.response_ids]
+    assert mb.position_ids.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3, 4]]
+    # position t predicts token t+1: a's responses at 3,4 are predicted at 2,3; b's at 7,8,9 at 6,7,8
+    assert mb.keep_positions.tolist() == [2, 3, 6, 7, 8]
+    ids = mb.input_ids[0]
+    predicted = ids[mb.keep_positions + 1][mb.gather_index] * mb.mask.long()
+    assert torch.equal(predicted, mb.targets)
+    assert mb.mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert mb.fields["advantage"].tolist() == [[0.5, 0.5, 0.0], [0.5, 0.5, 0.5]]
+    assert "logp_old" not in mb.fields
+    assert [t.tolist() for t in unpad(mb.targets.float(), mb.mask)] == [[110.0, 111.0], [150.0, 151.0, 152.0]]
+
+
+def test_sample_validation_names_the_field():
+    with pytest.raises(ValueError, match="logp_old has shape"):
+        TrainSample([1, 2], [3, 4], logp_old=torch.zeros(3))
+    with pytest.raises(ValueError, match="response_ids is empty"):
+        TrainSample([1, 2], [])

@@ -1,0 +1,57 @@
+"""Two ranks through DeepSpeed's launcher: the one-controller design, ZeRO-2, on CPU (gloo)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from gigpo.trainer.distributed import relaunch_command, relaunch_if_needed
+
+WORKER = Path(__file__).parent / "two_rank_worker.py"
+
+
+def test_two_rank_zero2_update_equals_the_one_rank_update(tiny_model_dir, tmp_path):
+    import two_rank_worker as worker  # same settings and batch, run here on one rank
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    env.pop("WORLD_SIZE", None)
+    cmd = relaunch_command([str(tiny_model_dir), str(tmp_path)], nprocs=2, script=str(WORKER))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["world_size"] == 2
+    assert len(set(result["weight_digests"])) == 1, "ranks disagree on the weights after the update"
+    assert result["rng_files"] == ["rank0.pt", "rank1.pt"]
+    assert Path(result["checkpoint"], "hf", "model.safetensors").is_file()
+
+    # the same update on one rank: same batch, same plan of mini-batches -> same gradient and log-probs
+    actor = worker.ActorEngine(str(tiny_model_dir), worker.SETTINGS, worker.LOSS)
+    samples = worker.make_samples()
+    before = actor.compute_log_probs(samples)
+    for s, lp, adv in zip(samples, before, worker.ADVANTAGES):
+        s.logp_old, s.advantage = lp, adv
+    metrics = actor.update(samples)
+    after = actor.compute_log_probs(samples)
+    for mine, theirs in zip(before, result["before"]):
+        torch.testing.assert_close(mine, torch.tensor(theirs), atol=1e-5, rtol=1e-5)
+    assert result["metrics"]["actor/grad_norm"] == pytest.approx(metrics["actor/grad_norm"], rel=1e-4)
+    assert result["metrics"]["loss/policy"] == pytest.approx(metrics["loss/policy"], rel=1e-4, abs=1e-6)
+    for mine, theirs in zip(after, result["after"]):
+        torch.testing.assert_close(mine, torch.tensor(theirs), atol=2e-3, rtol=0)
+
+
+def test_relaunch_only_when_more_than_one_rank_and_not_yet_launched(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert relaunch_if_needed(["train", "r.yaml"], nprocs=1) is None
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert relaunch_if_needed(["train", "r.yaml"], nprocs=2) is None
+    cmd = relaunch_command(["train", "r.yaml"], nprocs=2, master_port=29511)
+    assert cmd[-4:] == ["--module", "gigpo.cli", "train", "r.yaml"]
+    assert ["--num_gpus", "2"] == cmd[cmd.index("--num_gpus"):cmd.index("--num_gpus") + 2]
+    assert "--no_local_rank" in cmd

@@ -1,0 +1,101 @@
+"""Loss functions against hand computations on small tensors."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gigpo.trainer.losses import aggregate, entropy_from_logits, kl_k3, policy_loss, value_loss
+
+
+def test_policy_loss_clips_high_side_for_positive_advantage():
+    # ratio 1.5 with A=+2: unclipped 3.0, clipped to 1+0.28=1.28 -> 2.56; loss = -min = -2.56
+    logp_old = torch.tensor([[0.0]])
+    logp = torch.tensor([[math.log(1.5)]])
+    loss, clipped = policy_loss(logp, logp_old, torch.tensor([[2.0]]), clip_low=0.2, clip_high=0.28)
+    assert loss.item() == pytest.approx(-2.56, abs=1e-6)
+    assert clipped.item() == 1.0
+
+
+def test_policy_loss_clips_low_side_for_negative_advantage():
+    # ratio 0.5 with A=-1: unclipped -0.5, clipped ratio 1-0.2=0.8 -> -0.8; min is -0.8; loss 0.8
+    loss, clipped = policy_loss(torch.tensor([[math.log(0.5)]]), torch.tensor([[0.0]]), torch.tensor([[-1.0]]),
+                                clip_low=0.2, clip_high=0.28)
+    assert loss.item() == pytest.approx(0.8, abs=1e-6)
+    assert clipped.item() == 1.0
+
+
+def test_policy_loss_does_not_clip_in_the_pessimistic_direction():
+    # ratio 0.5 with A=+1: unclipped 0.5 < clipped 0.8, so the unclipped term (and its gradient) is kept
+    logp = torch.tensor([[math.log(0.5)]], requires_grad=True)
+    loss, clipped = policy_loss(logp, torch.tensor([[0.0]]), torch.tensor([[1.0]]), 0.2, 0.2)
+    assert loss.item() == pytest.approx(-0.5, abs=1e-6)
+    assert clipped.item() == 0.0
+    loss.sum().backward()
+    assert logp.grad.item() == pytest.approx(-0.5, abs=1e-6)  # d(-r)/dlogp = -r
+
+
+def test_clipped_token_has_no_gradient():
+    logp = torch.tensor([[math.log(1.5)]], requires_grad=True)
+    loss, _ = policy_loss(logp, torch.tensor([[0.0]]), torch.tensor([[1.0]]), 0.2, 0.2)
+    loss.sum().backward()
+    assert logp.grad.item() == 0.0
+
+
+def test_kl_k3_matches_formula_and_is_zero_at_equality():
+    logp = torch.tensor([-1.0, -2.0, -0.5])
+    ref = torch.tensor([-1.0, -1.0, -1.5])
+    # d = ref - logp = [0, 1, -1]; k3 = exp(d) - d - 1
+    expected = torch.tensor([0.0, math.e - 1 - 1, math.exp(-1) + 1 - 1])
+    assert torch.allclose(kl_k3(logp, ref), expected, atol=1e-6)
+    assert torch.all(kl_k3(logp, ref) >= 0)
+
+
+def test_kl_k3_is_unbiased_estimate_of_kl():
+    # E_{x~p}[k3] = KL(p||q) for categorical p, q
+    p = torch.tensor([0.7, 0.2, 0.1])
+    q = torch.tensor([0.4, 0.4, 0.2])
+    per_x = kl_k3(p.log(), q.log())
+    assert (p * per_x).sum().item() == pytest.approx((p * (p / q).log()).sum().item(), abs=1e-6)
+
+
+def test_entropy_from_logits():
+    uniform = torch.zeros(2, 4)
+    assert torch.allclose(entropy_from_logits(uniform), torch.full((2,), math.log(4)))
+    peaked = torch.tensor([[0.0, math.log(3.0)]])  # probs 0.25, 0.75
+    h = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    assert entropy_from_logits(peaked).item() == pytest.approx(h, abs=1e-6)
+
+
+def test_aggregation_modes_differ_as_computed_by_hand():
+    values = torch.tensor([[1.0, 2.0, 3.0, 99.0], [10.0, 99.0, 99.0, 99.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    # token-mean: (1+2+3+10)/4 = 4; seq-mean: (2 + 10)/2 = 6
+    assert aggregate(values, mask, "token-mean").item() == pytest.approx(4.0)
+    assert aggregate(values, mask, "seq-mean").item() == pytest.approx(6.0)
+
+
+def test_aggregation_over_micro_batches_sums_to_the_whole():
+    values = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0], [5.0, 6.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+    for mode, denominator in (("token-mean", 6.0), ("seq-mean", 3.0)):
+        whole = aggregate(values, mask, mode)
+        parts = aggregate(values[:2], mask[:2], mode, denominator) + aggregate(values[2:], mask[2:], mode, denominator)
+        assert parts.item() == pytest.approx(whole.item())
+
+
+def test_aggregation_rejects_unknown_mode_and_shape_mismatch():
+    with pytest.raises(ValueError, match="token-mean"):
+        aggregate(torch.ones(1, 2), torch.ones(1, 2), "sum")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="mask shape"):
+        aggregate(torch.ones(1, 2), torch.ones(1, 3), "token-mean")
+
+
+def test_value_loss_plain_and_clipped():
+    v, old, ret = torch.tensor([2.0]), torch.tensor([1.0]), torch.tensor([0.0])
+    assert value_loss(v, old, ret).item() == pytest.approx(2.0)  # 0.5 * 2^2
+    # clipped value 1.2: (1.2-0)^2=1.44 < 4, pessimistic max keeps 4
+    assert value_loss(v, old, ret, clip=0.2).item() == pytest.approx(2.0)
+    # return 3: unclipped (2-3)^2=1, clipped (1.2-3)^2=3.24 -> 0.5*3.24
+    assert value_loss(v, old, torch.tensor([3.0]), clip=0.2).item() == pytest.approx(1.62)

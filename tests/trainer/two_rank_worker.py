@@ -1,0 +1,53 @@
+"""One rank of the 2-rank test (tests/trainer/test_launch.py), started by DeepSpeed's launcher.
+
+Rank 0 alone makes the batch and broadcasts it, as the loop does; both ranks compute log-probs,
+update (ZeRO-2), compare their weights and save a checkpoint together. Rank 0 writes result.json.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from gigpo.trainer.checkpoint import latest_checkpoint, save_checkpoint
+from gigpo.trainer.distributed import all_gather_objects, broadcast_object, init_distributed, shutdown_distributed
+from gigpo.trainer.engines import ActorEngine, EngineSettings, LossSettings
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import make_samples  # noqa: E402
+
+SETTINGS = EngineSettings(zero_stage=2, dtype="fp32", micro_token_budget=48, mini_batch_size=6, lr=1e-3,
+                          grad_clip=1e6)
+LOSS = LossSettings(kl_coef=0.0, entropy_coef=0.0)
+ADVANTAGES = [1.0, 0.0, 0.5, -1.0, 0.0, -0.5]
+
+
+def main(model_dir: str, out_dir: str) -> None:
+    info = init_distributed()
+    samples = broadcast_object(make_samples() if info.is_main else None)
+    actor = ActorEngine(model_dir, SETTINGS, LOSS)
+    before = actor.compute_log_probs(samples)
+    for s, lp, adv in zip(samples, before, ADVANTAGES):
+        s.logp_old, s.advantage = lp, adv
+    metrics = actor.update(samples)
+    after = actor.compute_log_probs(samples)
+    digest = hashlib.sha256()
+    for name, tensor in actor.named_weights():
+        digest.update(name.encode() + tensor.numpy().tobytes())
+    digests = all_gather_objects(digest.hexdigest())
+    save_checkpoint(out_dir, 1, actor, loop_state={"world": info.world_size})
+    if info.is_main:
+        ckpt = latest_checkpoint(out_dir)
+        Path(out_dir, "result.json").write_text(json.dumps({
+            "world_size": info.world_size, "metrics": metrics, "weight_digests": digests,
+            "before": [t.tolist() for t in before], "after": [t.tolist() for t in after],
+            "checkpoint": str(ckpt), "rng_files": sorted(p.name for p in (ckpt / "rng").iterdir())}))
+    shutdown_distributed()
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main(sys.argv[1], sys.argv[2])
