@@ -142,7 +142,7 @@ def rollout(
             progress(len(views) - len(live), len(views))
     episodes = [EpisodeSummary(traj=traj_offset + v.episode_idx, group=group_offset + v.group_idx, seed=v.seed, won=v.won,
                                episode_return=returns[v.episode_idx], length=v.step, invalid_steps=invalid[v.episode_idx],
-                               task_type=v.task_type, error=v.error) for v in pool.episodes()]
+                               task_type=v.task_type, error=v.error) for v in pool.episodes]
     out = Rollout(steps, episodes, tokens, t_gen, t_env, t_prompt)
     out.env_faults = {"rollout/cut_prompts": float(cut)}
     return out

@@ -60,14 +60,9 @@ def peak_rss_gb() -> float:
 # --------------------------------------------------------------------------- building blocks
 
 def build_generator(config: Config, model_path: str):
-    from gigpo.rollout.generator import make_generator
+    from gigpo.rollout.generator import generator_from_config
 
-    r = config.rollout
-    return make_generator(r.backend, model_path, dtype=config.model.dtype, seed=config.trainer.seed,
-                          kv_cache_gb=r.kv_cache_gb, gpu_memory_utilization=r.gpu_memory_utilization,
-                          enable_prefix_caching=r.enable_prefix_caching, max_num_seqs=r.max_num_seqs,
-                          max_model_len=r.max_prompt_tokens + r.max_new_tokens, request_timeout_s=r.request_timeout_s,
-                          server_urls=r.server_urls, num_servers=r.num_servers)
+    return generator_from_config(config.rollout, model_path, config.model.dtype, config.trainer.seed)
 
 
 def build_pool(config: Config):
@@ -126,7 +121,20 @@ def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int]
     return result.metrics(prefix)
 
 
-def sync_weights(actor, generator, version: int, verify: bool) -> None:
+def build_verifier(config: Config, generator, vocab_size: int, world_size: int):
+    """The probe that checks every sync (rollout.verify_sync); needs the full model on rank 0."""
+    from gigpo.rollout.verify import SyncVerifier, default_atol
+
+    if not config.rollout.verify_sync or generator is None:
+        return None
+    if config.trainer.zero_stage == 3 and world_size > 1:
+        print("gigpo: rollout.verify_sync is skipped under ZeRO-3 with several ranks (the probe forward would "
+              "need every rank)", flush=True)
+        return None
+    return SyncVerifier(generator, vocab_size, default_atol(config.model.dtype))
+
+
+def sync_weights(actor, generator, version: int, verifier=None) -> None:
     """Push the actor's weights into the generator; every rank iterates (ZeRO-3 gathers are collective)."""
     weights = actor.named_weights()
     if generator is None:
@@ -134,10 +142,8 @@ def sync_weights(actor, generator, version: int, verify: bool) -> None:
             pass
         return
     generator.update_weights(weights, version=version)
-    if verify:
-        from gigpo.rollout.verify import verify_sync
-
-        verify_sync(generator, actor.hf_module())
+    if verifier is not None:
+        verifier.check(actor.hf_module())
 
 
 # --------------------------------------------------------------------------- the loop
@@ -201,10 +207,12 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
     state: dict[str, Any] = {"iteration": 0, "env_steps_total": 0}
     if checkpoint is not None:
-        state = load_checkpoint(checkpoint, actor, critic)
+        restored = load_checkpoint(checkpoint, actor, critic)
+        state = {**state, **restored.loop_state, "iteration": restored.iteration}
     start = state["iteration"] + 1
 
     generator = build_generator(config, model_path) if main else None
+    verifier = build_verifier(config, generator, actor.hf_module().config.vocab_size, rank.world_size)
     logger = None
     if main:
         logger = MetricsLogger(run_dir, config.logging.wandb_mode, config.logging.wandb_project,
@@ -213,7 +221,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
         print(f"gigpo: training {a.estimator} on {e.id} with {model_path}: iterations {start}..{t.iterations}, "
               f"{e.num_groups} groups x {e.group_size}, run dir {run_dir}", flush=True)
     if checkpoint is not None:
-        sync_weights(actor, generator, version=state["iteration"], verify=config.rollout.verify_sync)
+        sync_weights(actor, generator, version=state["iteration"], verifier=verifier)
     if main and start == 1 and not (run_dir / "metrics.jsonl").exists():
         # iteration 0: the starting policy (after warm-up, if any), so curves have a baseline
         logger.log(0, {**evaluate(config, pool, generator, prompt_fn), "rollout/env_steps_total": 0})
@@ -303,7 +311,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
             # ---- weight sync into the generator
             with timer("sync"):
-                sync_weights(actor, generator, version=iteration, verify=config.rollout.verify_sync)
+                sync_weights(actor, generator, version=iteration, verifier=verifier)
 
             if main and (iteration % t.eval_every == 0 or iteration == t.iterations):
                 with timer("eval"):
@@ -315,7 +323,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
             # ---- checkpoint (collective), then the metrics line that says the iteration is done
             state["iteration"] = iteration
             if iteration % t.save_every == 0 or iteration == t.iterations:
-                save_checkpoint(run_dir, iteration, actor, critic, tokenizer, state, keep_last=t.keep_last)
+                save_checkpoint(run_dir, iteration, actor, tokenizer, critic, loop_state=state, keep_last=t.keep_last)
             if main:
                 logger.log(iteration, metrics)
                 print(logger.summary_line(iteration, t.iterations, metrics), flush=True)
@@ -323,7 +331,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
                 if main:
                     print(f"gigpo: reached trainer.max_env_steps={t.max_env_steps}; stopping", flush=True)
                 if iteration % t.save_every != 0:
-                    save_checkpoint(run_dir, iteration, actor, critic, tokenizer, state, keep_last=t.keep_last)
+                    save_checkpoint(run_dir, iteration, actor, tokenizer, critic, loop_state=state, keep_last=t.keep_last)
                 break
         summary = finish(run_dir, state) if main else {}
     finally:
@@ -362,10 +370,11 @@ def launch_or_train(config: Config, recipe: str, overrides: Sequence[str], resum
     """`gigpo train`: relaunch through DeepSpeed's launcher for several ranks, else train here."""
     import sys
 
-    from gigpo.trainer.distributed import launched, relaunch_if_needed
+    from gigpo.trainer.distributed import relaunch_if_needed
 
-    if config.trainer.nprocs > 1 and not launched():
-        return relaunch_if_needed(sys.argv[1:], config.trainer.nprocs)
+    code = relaunch_if_needed(sys.argv[1:], config.trainer.nprocs)
+    if code is not None:
+        return code
     train(config, resume=resume)
     return 0
 
