@@ -1,0 +1,140 @@
+"""Load one ALFWorld task folder into the real engine: TextWorld's PDDL env + alfworld's wrappers.
+
+The stack is `PddlEnv` (the PDDL engine, Fast Downward's successor generator) under alfworld's
+`AlfredDemangler` (encoded ALFRED ids -> "mug 1") and, when asked, `AlfredExpert` (the hand-coded
+expert, which puts its next command in `extra.expert_plan`). We subclass the expert only to fix
+one bug of alfworld 0.4.2: the grammar emits "move X to Y" but the expert's state tracker only
+recognises "put", so it loses track of what it holds and fails pick-two and some clean tasks.
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import textworld
+from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert
+from alfworld.agents.expert import HandCodedTWAgent
+from alfworld.agents.utils.misc import add_task_to_grammar
+from textworld.envs import PddlEnv
+
+GAME_FILE = "game.tw-pddl"
+TRAJ_FILE = "traj_data.json"
+TASK_TYPES = (
+    "pick_and_place_simple",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+)
+EXPERT_MAX_STEPS = 200
+
+
+class ExpertFailed(RuntimeError):
+    """The hand-coded expert gave up (timeout or no subgoal left) in this game."""
+
+
+class FixedAlfredExpert(AlfredExpert):
+    """alfworld's hand-coded expert with the "move"/"put" mismatch fixed, loadable from game data.
+
+    `load(game_data, task_dir)` takes the parsed game (so a goal can be filled into the grammar in
+    memory) and the folder whose traj_data.json tells the expert what the task is.
+    """
+
+    def load(self, game_data: dict[str, Any], task_dir: str) -> None:  # type: ignore[override]
+        textworld.core.Wrapper.load(self, game_data)
+        # HandCodedAgent.reset reads dirname(gamefile)/traj_data.json.
+        self.gamefile = str(Path(task_dir) / GAME_FILE)
+        self.request_infos.facts = True
+        self._handcoded_expert = HandCodedTWAgent(max_steps=EXPERT_MAX_STEPS)
+
+    def step(self, command: str):
+        self.state, reward, done = textworld.core.Wrapper.step(self, command)
+        command = str(command)
+        # The tracker pops its inventory only on "put ..."; the grammar says "move ... to ...".
+        self.prev_command = "put " + command[len("move "):] if command.startswith("move ") else command
+        self._gather_infos()
+        return self.state, reward, done
+
+    def _gather_infos(self) -> None:
+        try:
+            super()._gather_infos()
+        except Exception as exc:  # HandCodedAgentTimeout/Failed are NameError subclasses, "Timeout" is bare
+            self.state["extra.expert_plan"] = []
+            self.state["extra.expert_error"] = f"{type(exc).__name__}: {exc}"
+
+
+@dataclass(frozen=True)
+class TaskFiles:
+    """One task folder: traj_data.json + game.tw-pddl, plus what we read from traj_data."""
+
+    path: Path
+    task_type: str
+    pddl_params: dict[str, Any]
+
+    @classmethod
+    def read(cls, folder: str | Path) -> "TaskFiles":
+        folder = Path(folder)
+        traj_path, game_path = folder / TRAJ_FILE, folder / GAME_FILE
+        if not traj_path.is_file() or not game_path.is_file():
+            raise FileNotFoundError(f"{folder} is not an ALFWorld task folder: it needs {TRAJ_FILE} and {GAME_FILE}")
+        traj = json.loads(traj_path.read_text())
+        return cls(folder, traj["task_type"], traj["pddl_params"])
+
+
+def load_game_data(task: TaskFiles, rng: random.Random) -> dict[str, Any]:
+    """The game JSON, with the goal sentence filled in if the file still says "UNKNOWN GOAL"."""
+    data = json.loads((task.path / GAME_FILE).read_text())
+    if "UNKNOWN GOAL" in data["grammar"]:
+        traj = json.loads((task.path / TRAJ_FILE).read_text())
+        # alfworld's templater draws from the global `random`; the caller has seeded it.
+        data["grammar"] = add_task_to_grammar(data["grammar"], traj, rng=rng)
+    return data
+
+
+def make_engine(expert: bool) -> textworld.core.Environment:
+    """PddlEnv -> AlfredDemangler [-> FixedAlfredExpert], asking for what the agent env reports."""
+    infos = textworld.EnvInfos(admissible_commands=True, won=True, facts=True, extras=["expert_plan"] if expert else [])
+    env: textworld.core.Environment = AlfredDemangler(PddlEnv(infos))
+    if expert:
+        env = FixedAlfredExpert(env)
+    return env
+
+
+def load_into(engine: textworld.core.Environment, task: TaskFiles, data: dict[str, Any]) -> None:
+    if isinstance(engine, FixedAlfredExpert):
+        engine.load(data, str(task.path))
+    else:
+        engine.load(data)
+
+
+def expert_action(state: Any) -> Optional[str]:
+    plan = state.get("extra.expert_plan") or []
+    return plan[0] if plan else None
+
+
+def play_expert(task: TaskFiles, data: dict[str, Any], max_steps: int, seeds: Sequence[int] = (0,)) -> Optional[list[str]]:
+    """Run the fixed expert once per seed (global `random` seeded with it) on one loaded game.
+
+    Returns the first run's commands if the expert wins within max_steps under every seed, else None.
+    """
+    engine = make_engine(expert=True)
+    load_into(engine, task, data)
+    first: Optional[list[str]] = None
+    for seed in seeds:
+        random.seed(seed)
+        state = engine.reset()
+        commands: list[str] = []
+        while not state["won"] and len(commands) < max_steps:
+            command = expert_action(state)
+            if command is None:
+                return None
+            state, _, _ = engine.step(command)
+            commands.append(command)
+        if not state["won"]:
+            return None
+        first = first if first is not None else commands
+    return first
