@@ -9,6 +9,7 @@ trainer only ever sees Gymnasium's API: `reset(seed=) -> (obs, info)` and
     action_valid        whether the model's text parsed into an admissible action
     invalid_reason      why not ("" when valid)
     won                 whether the task is solved
+    action              the parsed action that was applied (None when invalid or after reset)
 
 An invalid action does not advance the environment; the step reward is `-invalid_action_penalty`.
 Subclasses implement `_reset` and `_step` over already-validated actions.
@@ -53,13 +54,17 @@ def parse_tagged_action(text: str) -> tuple[Optional[str], str]:
 class AgentEnv(gym.Env):
     """Base class of gigpo environments: text observations, free-text actions, GiGPO anchors."""
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
     #: What the agent is asked to do; shown at the top of every prompt. Set in `_reset` if per-task.
     task: str = ""
     #: How the agent must phrase its answer; appended to every prompt.
     action_format: str = (
         "First reason inside <think> </think>, then give exactly one action inside <action> </action>."
     )
+    #: A label for per-task-type metrics (e.g. ALFWorld's six task types); set in `_reset` if per-task.
+    task_type: str = ""
+    #: This env's prompt template (a format string, see gigpo.envs.prompt); None uses the default.
+    prompt_template: Optional[str] = None
 
     def __init__(self, invalid_action_penalty: float = 0.1, render_mode: Optional[str] = None) -> None:
         self.observation_space = text_space()
@@ -93,12 +98,16 @@ class AgentEnv(gym.Env):
     def won(self) -> bool:
         return self._won
 
+    def expert_action(self) -> Optional[str]:
+        """An action an expert would take now (for demonstrations), or None if the env has no expert."""
+        return None
+
     # ------------------------------------------------------------------ Gymnasium API
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict[str, Any]] = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         self._won = False
         self._observation, extra = self._reset(options)
-        return self._observation, self._info(True, "", extra)
+        return self._observation, self._info(True, "", None, extra)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         parsed, reason = self.parse_action(action)
@@ -106,15 +115,16 @@ class AgentEnv(gym.Env):
         if parsed is not None and allowed is not None and parsed not in allowed:
             parsed, reason = None, f"{parsed!r} is not an admissible action"
         if parsed is None:
-            return self._observation, -self.invalid_action_penalty, False, False, self._info(False, reason, {})
+            return self._observation, -self.invalid_action_penalty, False, False, self._info(False, reason, None, {})
         self._observation, reward, terminated, extra = self._step(parsed)
-        return self._observation, float(reward), bool(terminated), False, self._info(True, "", extra)
+        return self._observation, float(reward), bool(terminated), False, self._info(True, "", parsed, extra)
 
     def render(self) -> Optional[str]:
         return self._observation if self.render_mode == "ansi" else None
 
-    def _info(self, valid: bool, reason: str, extra: dict[str, Any]) -> dict[str, Any]:
+    def _info(self, valid: bool, reason: str, action: Optional[str], extra: dict[str, Any]) -> dict[str, Any]:
         info = {
+            "action": action,
             "anchor": self.anchor(),
             "admissible_actions": self.admissible_actions(),
             "action_valid": valid,

@@ -1,0 +1,88 @@
+"""Turn an episode's current state into chat messages and prompt token ids.
+
+The prompt holds the task, the step counter, the last K (observation, action) pairs, the current
+observation, the admissible actions and the format instruction, rendered by a Python format string
+with these fields:
+
+    {task} {step} {max_steps} {history} {observation} {admissible_actions} {action_format}
+
+`{history}` and `{admissible_actions}` are whole lines, or empty when there is nothing to show.
+The template comes from the recipe (`env.prompt_template`) if set, else from the env's
+`prompt_template` attribute, else `DEFAULT_TEMPLATE`. Prompts are short on purpose: on CPU, and for
+small models, every token counts.
+"""
+from __future__ import annotations
+
+import string
+from typing import Any, Optional, Sequence
+
+from gigpo.envs.pool import EpisodeView
+
+FIELDS = ("task", "step", "max_steps", "history", "observation", "admissible_actions", "action_format")
+DEFAULT_TEMPLATE = (
+    "{task}\n"
+    "{history}"
+    "Step {step} of {max_steps}. Current observation:\n{observation}\n"
+    "{admissible_actions}"
+    "{action_format}"
+)
+
+
+def check_template(template: str) -> str:
+    """Return `template` if it only uses known fields; else a ValueError naming the bad field."""
+    try:
+        used = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as exc:
+        raise ValueError(f"prompt template {template!r} is not a valid format string: {exc}") from None
+    for name in used:
+        if name not in FIELDS:
+            raise ValueError(f"prompt template field {{{name}}} is unknown; use any of "
+                             f"{', '.join('{' + f + '}' for f in FIELDS)}")
+    return template
+
+
+def render_prompt(template: str, task: str, step: int, max_steps: int, observation: str,
+                  history: Sequence[tuple[str, str]], history_length: int,
+                  admissible_actions: Optional[Sequence[str]], action_format: str) -> str:
+    """The user message for one step; `step` is 1-based, `history` is oldest first."""
+    recent = list(history)[-history_length:] if history_length > 0 else []
+    shown = ""
+    if recent:
+        shown = f"Last {len(recent)} step(s):\n" + "".join(
+            f"Observation:\n{obs}\nAction: {action}\n" for obs, action in recent)
+    actions = f"Admissible actions: {', '.join(admissible_actions)}\n" if admissible_actions else ""
+    return template.format(task=task, step=step, max_steps=max_steps, history=shown, observation=observation,
+                           admissible_actions=actions, action_format=action_format)
+
+
+class PromptBuilder:
+    """Episode view -> chat messages -> token ids, through the tokenizer's chat template."""
+
+    def __init__(self, tokenizer: Any, max_steps: int, history_length: int = 2, template: Optional[str] = None,
+                 system: Optional[str] = None) -> None:
+        if history_length < 0:
+            raise ValueError(f"history_length={history_length} must be at least 0")
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("the tokenizer has no chat template; use an instruct/chat model's tokenizer")
+        self.tokenizer, self.max_steps, self.history_length = tokenizer, max_steps, history_length
+        self.template = check_template(template) if template is not None else None
+        self.system = system
+
+    def messages(self, view: EpisodeView) -> list[dict[str, str]]:
+        template = self.template or (check_template(view.prompt_template) if view.prompt_template
+                                     else DEFAULT_TEMPLATE)
+        user = render_prompt(template, view.task, view.step + 1, self.max_steps, view.observation, view.history,
+                             self.history_length, view.admissible_actions, view.action_format)
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return system + [{"role": "user", "content": user}]
+
+    def text(self, view: EpisodeView) -> str:
+        return self.tokenizer.apply_chat_template(self.messages(view), tokenize=False, add_generation_prompt=True)
+
+    def token_ids(self, view: EpisodeView) -> list[int]:
+        return self.tokenizer(self.text(view), add_special_tokens=False)["input_ids"]
+
+    def batch_token_ids(self, views: Sequence[EpisodeView]) -> list[list[int]]:
+        """Token ids for many episodes with one tokenizer call (fast tokenizers batch in Rust)."""
+        texts = [self.text(view) for view in views]
+        return self.tokenizer(texts, add_special_tokens=False)["input_ids"]

@@ -1,0 +1,99 @@
+"""Every registered env passes Gymnasium's checker; toy-text and 24-points behave as documented."""
+from __future__ import annotations
+
+import warnings
+from fractions import Fraction
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import gigpo.envs
+from gigpo.envs.toy_text import DiscreteTextEnv
+from gigpo.envs.twenty_four import ExpressionError, evaluate
+
+
+@pytest.mark.parametrize("env_id", sorted(gigpo.envs.BUILTIN_ENVS))
+def test_check_env_passes_without_warnings(env_id):
+    env = gym.make(env_id, max_episode_steps=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a checker warning is a failure too
+        check_env(env.unwrapped)
+    observation, info = env.reset(seed=0)
+    assert env.observation_space.contains(observation)
+    assert {"anchor", "admissible_actions", "action_valid", "invalid_reason", "won"} <= set(info)
+
+
+def _play(env_id: str, actions: list[str], **kwargs) -> list[tuple]:
+    env = gym.make(env_id, max_episode_steps=50, **kwargs)
+    env.reset(seed=0)
+    return [env.step(f"<action>{a}</action>") for a in actions]
+
+
+def test_frozen_lake_reaches_the_goal_and_holes_end_the_episode():
+    steps = _play("gigpo/FrozenLake-v0", ["down", "down", "right", "right", "down", "right"])
+    observation, reward, terminated, _, info = steps[-1]
+    assert observation == "SFFF\nFHFH\nFFFH\nHFFP" and reward == 1.0 and terminated and info["won"]
+    observation, reward, terminated, _, info = _play("gigpo/FrozenLake-v0", ["right", "down"])[-1]
+    assert observation == "SFFF\nFPFH\nFFFH\nHFFG" and terminated and not info["won"]
+
+
+def test_random_lake_maps_follow_the_seed():
+    env = gym.make("gigpo/FrozenLake-v0", map_size=6)
+    maps = [env.reset(seed=s)[0] for s in (0, 0, 1)]
+    assert maps[0] == maps[1] != maps[2] and len(maps[0].splitlines()) == 6
+
+
+def test_cliff_walking_and_taxi_render_and_score():
+    observation, reward, terminated, _, _ = _play("gigpo/CliffWalking-v0", ["right"])[0]
+    assert reward == -100.0 and not terminated and observation.splitlines()[-1] == "PCCCCCCCCCCG"
+    path = ["up"] + ["right"] * 11 + ["down"]
+    observation, reward, terminated, _, info = _play("gigpo/CliffWalking-v0", path)[-1]
+    assert terminated and info["won"] and observation.endswith("SCCCCCCCCCCP")
+    observation, reward, terminated, _, info = _play("gigpo/Taxi-v0", ["pickup"])[0]
+    assert reward == -10.0 and not info["won"] and observation.count("@") == 1 and "destination" in observation
+
+
+def test_wrapper_rejects_wrong_action_names_and_non_discrete_envs():
+    with pytest.raises(ValueError, match="must be 4 distinct names"):
+        DiscreteTextEnv(gym.make("FrozenLake-v1"), ["a", "b"], lambda e, s: "", "task")
+    with pytest.raises(TypeError, match="Box observation space"):
+        DiscreteTextEnv(gym.make("CartPole-v1"), ["left", "right"], lambda e, s: "", "task")
+
+
+def test_twenty_four_arithmetic_is_exact_and_checked():
+    numbers = [Fraction(n) for n in (3, 3, 8, 8)]
+    assert evaluate("8 / (3 - 8 / 3)", numbers) == (Fraction(24), [8, 3, 8, 3])
+    for expression, reason in [("8 * 8 * 8", "not among the remaining numbers: 8"), ("3 / (8 - 8)", "division"),
+                               ("3", "at least two"), ("-3 + 8", "unary"), ("3 ** 3", "only integers"),
+                               ("__import__('os').system('x')", "only integers"), ("3 +", "not an arithmetic")]:
+        with pytest.raises(ExpressionError, match=reason):
+            evaluate(expression, numbers)
+
+
+def test_twenty_four_step_by_step_with_fractions_and_in_one_answer():
+    env = gym.make("gigpo/TwentyFour-v0")
+    env.reset(seed=0)
+    env.unwrapped.numbers = [Fraction(n) for n in (3, 3, 8, 8)]
+    observation, reward, terminated, _, _ = env.step("<action>8 / 3</action>")
+    assert observation == "Numbers: (8/3) 3 8" and reward == 0.0 and not terminated
+    observation, *_ = env.step("<action>3 - (8/3)</action>")
+    assert observation == "Numbers: (1/3) 8"
+    observation, reward, terminated, _, info = env.step("<action>8 / (1/3)</action>")
+    assert observation == "Numbers: 24" and reward == 10.0 and terminated and info["won"]
+    env.reset(seed=0)
+    env.unwrapped.numbers = [Fraction(n) for n in (1, 2, 3, 4)]
+    _, reward, terminated, _, info = env.step("<action>1 + 2 + 3 + 4</action>")
+    assert terminated and reward == 0.0 and not info["won"]
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step("<action>1 + 1 + 1 + 1 + 1</action>")
+    assert reward == -0.1 and not info["action_valid"] and "remaining numbers" in info["invalid_reason"]
+
+
+def test_twenty_four_expert_wins_every_hand():
+    env = gym.make("gigpo/TwentyFour-v0")
+    for seed in range(60):
+        env.reset(seed=seed)
+        for _ in range(3):
+            observation, reward, terminated, _, info = env.step(f"<action>{env.unwrapped.expert_action()}</action>")
+        assert terminated and info["won"] and observation == "Numbers: 24", seed
