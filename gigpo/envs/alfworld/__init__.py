@@ -1,12 +1,11 @@
 """ALFWorld on the real TextWorld engine: agent env, offline task generator, fixed expert, evaluation.
 
-Importing this package registers `gigpo/ALFWorld-v0` with Gymnasium.
+Importing this package registers `gigpo/ALFWorld-v0` with Gymnasium (`gym.make(ENV_ID,
+data_path=...)`); pool workers need no import, the spec carries the entry point.
 """
-from gymnasium.envs.registration import register, registry
+from gigpo.envs.registry import register_env
 
 ENV_ID = "gigpo/ALFWorld-v0"
-
-if ENV_ID not in registry:
-    register(id=ENV_ID, entry_point="gigpo.envs.alfworld.env:ALFWorldEnv")
+register_env(ENV_ID, "gigpo.envs.alfworld.env:ALFWorldEnv")
 
 __all__ = ["ENV_ID"]

@@ -21,8 +21,9 @@ Anchor
     holds, what is open, which objects are hot/cool/clean/toggled/sliced and which were moved,
     read from the engine's facts ("Nothing happens." at two places is two states).
 Info
-    `task_type`, `task_path`, and `expert_action` (the fixed hand-coded expert's next command) when
-    built with `expert=True`.
+    `task_type` (also the env's `task_type` attribute) and `task_path`. With `expert=True`, the
+    fixed hand-coded expert's next command is `info["expert_action"]` and `expert_action()` (the
+    pool's `expert_actions()` calls it); without, no expert runs and both are None/absent.
 """
 from __future__ import annotations
 
@@ -143,6 +144,7 @@ class ALFWorldEnv(AgentEnv):
             tuple(_args(f)) for f in self._state["facts"] if f.name == "inreceptacle"  # type: ignore[misc]
         )
         self.task, observation = split_intro(self._state["feedback"])
+        self.task_type = task.task_type
         return observation, self._extra()
 
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
@@ -159,9 +161,14 @@ class ALFWorldEnv(AgentEnv):
             return describe_state(self._state["facts"], self._initial_placements)
         return self._observation
 
+    def expert_action(self) -> Optional[str]:
+        if not self.with_expert or self._state is None:
+            return None
+        return expert_action(self._state)
+
     def _extra(self) -> dict[str, Any]:
         assert self._task_files is not None
         extra: dict[str, Any] = {"task_type": self._task_files.task_type, "task_path": str(self._task_files.path)}
         if self.with_expert:
-            extra["expert_action"] = expert_action(self._state)
+            extra["expert_action"] = self.expert_action()
         return extra

@@ -74,6 +74,8 @@ class TaskFiles:
     path: Path
     task_type: str
     pddl_params: dict[str, Any]
+    generated: bool = False
+    """Made by `gigpo envs alfworld-generate`, not an official ALFWorld task."""
 
     @classmethod
     def read(cls, folder: str | Path) -> "TaskFiles":
@@ -82,7 +84,7 @@ class TaskFiles:
         if not traj_path.is_file() or not game_path.is_file():
             raise FileNotFoundError(f"{folder} is not an ALFWorld task folder: it needs {TRAJ_FILE} and {GAME_FILE}")
         traj = json.loads(traj_path.read_text())
-        return cls(folder, traj["task_type"], traj["pddl_params"])
+        return cls(folder, traj["task_type"], traj["pddl_params"], "generator" in traj)
 
 
 def load_game_data(task: TaskFiles, rng: random.Random) -> dict[str, Any]:
