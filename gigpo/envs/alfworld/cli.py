@@ -35,7 +35,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
     with tqdm(total=args.n, desc=f"alfworld {args.split} tasks", unit="task", disable=args.quiet) as bar:
         written = generate_tasks(args.out, args.n, seed=args.seed, split=args.split, task_types=args.task_types,
-                                 max_steps=args.max_steps, progress=bar.update)
+                                 max_steps=args.max_steps, start=args.start, progress=bar.update)
     print(f"wrote {len(written)} expert-verified {args.split} tasks under {args.out}/{args.split} "
           f"(use env kwargs data_path={args.out!r}, split={args.split!r})")
     print("Scores on generated tasks are not comparable with published ALFWorld numbers.")
@@ -65,6 +65,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--split", choices=SPLIT_CHOICES, default="train", help="which scenes to draw from (default train)")
     p.add_argument("--task-types", nargs="+", choices=TASK_TYPES, default=list(TASK_TYPES), metavar="TYPE",
                    help=f"subset of: {', '.join(TASK_TYPES)}")
+    p.add_argument("--start", type=int, default=0, help="index of the first task (shards: run 0..n-1 and n..2n-1 "
+                   "in parallel to get the same files as one run of 2n)")
     p.add_argument("--max-steps", type=_positive_int, default=50, help="the expert must win within this many steps (default 50)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_generate)

@@ -31,7 +31,8 @@ def resolve_split_dir(data_path: Optional[str], split: str) -> Path:
     for candidate in (root / "json_2.1.1" / split, root / split):
         if candidate.is_dir():
             return candidate
-    if root.is_dir() and any(root.rglob(TRAJ_FILE)):
+    has_splits = any((root / s).is_dir() or (root / "json_2.1.1" / s).is_dir() for s in SPLITS)
+    if root.is_dir() and not has_splits and any(root.rglob(TRAJ_FILE)):
         return root
     raise FileNotFoundError(
         f"data_path={str(root)!r} holds no ALFWorld tasks for split {split!r}: expected "

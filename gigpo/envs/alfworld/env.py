@@ -7,8 +7,10 @@ Description
 Data
     `data_path` (or $ALFWORLD_DATA) names official data (`json_2.1.1/<split>`) or generated tasks
     (`gigpo envs alfworld-generate`). The reset seed picks the task (`seed % num_tasks`) and seeds
-    Python's global `random` (which TextWorld's text grammar and alfworld's expert draw from), so
-    group members reset with one seed play the same task with the same texts.
+    the `random` stream that TextWorld's text grammar and alfworld's expert draw from, so group
+    members reset with one seed play the same task with the same texts. Those libraries use
+    Python's global `random`; each env swaps its own stream in around every engine call, so
+    episodes sharing a worker process do not disturb each other (or the caller's `random`).
 Action space
     Free text; the default parser takes `<action>...</action>`. Anything not in the admissible list
     is invalid: reward `-invalid_action_penalty`, the game does not advance.
@@ -28,7 +30,8 @@ Info
 from __future__ import annotations
 
 import random
-from typing import Any, Literal, Optional, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Literal, Optional, Sequence
 
 from gigpo.envs.alfworld.data import find_tasks
 from gigpo.envs.alfworld.game import TaskFiles, expert_action, load_game_data, load_into, make_engine
@@ -107,6 +110,7 @@ class ALFWorldEnv(AgentEnv):
         self._seed: Optional[int] = None
         self._steps = 0
         self._initial_placements: frozenset[tuple[str, str]] = frozenset()
+        self._random_state = random.Random(0).getstate()
 
     @property
     def num_tasks(self) -> int:
@@ -132,13 +136,13 @@ class ALFWorldEnv(AgentEnv):
         if not 0 <= index < self.num_tasks:
             raise ValueError(f"task_index={index} must be in [0, {self.num_tasks})")
         task = self.tasks[index]
-        # TextWorld's grammar and alfworld's expert draw from the global `random`.
-        random.seed(episode_seed)
-        if self._loaded is None or self._loaded.path != task.path:
-            load_into(self._engine, task, load_game_data(task, random))  # type: ignore[arg-type]
-            self._loaded = task
+        self._random_state = random.Random(episode_seed).getstate()
+        with self._own_random():
+            if self._loaded is None or self._loaded.path != task.path:
+                load_into(self._engine, task, load_game_data(task))
+                self._loaded = task
+            self._state = self._engine.reset()
         self._task_files = task
-        self._state = self._engine.reset()
         self._steps = 0
         self._initial_placements = frozenset(
             tuple(_args(f)) for f in self._state["facts"] if f.name == "inreceptacle"  # type: ignore[misc]
@@ -148,10 +152,22 @@ class ALFWorldEnv(AgentEnv):
         return observation, self._extra()
 
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
-        self._state, _, _ = self._engine.step(action)
+        with self._own_random():
+            self._state, _, _ = self._engine.step(action)
         self._won = bool(self._state["won"])
         reward = self.win_reward if self._won else 0.0
         return self._state["feedback"].strip(), reward, self._won, self._extra()
+
+    @contextmanager
+    def _own_random(self) -> Iterator[None]:
+        """Run engine code on this episode's `random` stream; the global one is put back after."""
+        outer = random.getstate()
+        random.setstate(self._random_state)
+        try:
+            yield
+        finally:
+            self._random_state = random.getstate()
+            random.setstate(outer)
 
     def admissible_actions(self) -> Optional[list[str]]:
         return list(self._state["admissible_commands"]) if self._state is not None else None

@@ -87,13 +87,21 @@ class TaskFiles:
         return cls(folder, traj["task_type"], traj["pddl_params"], "generator" in traj)
 
 
-def load_game_data(task: TaskFiles, rng: random.Random) -> dict[str, Any]:
-    """The game JSON, with the goal sentence filled in if the file still says "UNKNOWN GOAL"."""
+def load_game_data(task: TaskFiles) -> dict[str, Any]:
+    """The game JSON, with the goal sentence filled in if the file still says "UNKNOWN GOAL".
+
+    alfworld's templater picks a sentence with the global `random`; we seed it from the task's
+    folder names (and restore it after), so a task reads the same in every episode and process.
+    """
     data = json.loads((task.path / GAME_FILE).read_text())
     if "UNKNOWN GOAL" in data["grammar"]:
         traj = json.loads((task.path / TRAJ_FILE).read_text())
-        # alfworld's templater draws from the global `random`; the caller has seeded it.
-        data["grammar"] = add_task_to_grammar(data["grammar"], traj, rng=rng)
+        outer = random.getstate()
+        random.seed(f"{task.path.parent.name}/{task.path.name}")
+        try:
+            data["grammar"] = add_task_to_grammar(data["grammar"], traj)
+        finally:
+            random.setstate(outer)
     return data
 
 

@@ -326,22 +326,26 @@ def generate_tasks(
     split: str = "train",
     task_types: Sequence[str] = TASK_TYPES,
     max_steps: int = 50,
+    start: int = 0,
     progress: Optional[Callable[[int], None]] = None,
 ) -> list[Path]:
-    """Write `n` expert-verified tasks to `out/<split>/<task folder>/<trial>/`, cycling through task_types.
+    """Write tasks number start..start+n-1 to `out/<split>/<task folder>/<trial>/`, cycling through task_types.
 
-    Returns the trial folders written, in index order. Same arguments -> byte-identical files.
+    Task i depends only on (seed, split, i, task_types[i % len(task_types)]), so shards written with
+    different `start` values add up to the same set as one run. Returns the trial folders written.
     """
     if n < 1:
         raise ValueError(f"n={n} must be at least 1")
+    if start < 0:
+        raise ValueError(f"start={start} must be at least 0")
     unknown = [t for t in task_types if t not in TASK_TYPES]
     if unknown or not task_types:
         raise ValueError(f"task_types={list(task_types)} must be a non-empty subset of {', '.join(TASK_TYPES)}")
     scenes = available_scenes(split)
     split_dir = Path(out) / split
-    staging_root = Path(out) / ".staging"
+    staging_root = Path(out) / f".staging-{split}-{start}"
     written: list[Path] = []
-    for index in range(n):
+    for index in range(start, start + n):
         task_type = task_types[index % len(task_types)]
         for attempt in range(MAX_ATTEMPTS_PER_TASK):
             result = try_task(task_type, scenes, task_seed(seed, split, index, attempt), staging_root / "task", max_steps)
