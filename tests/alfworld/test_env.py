@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import random
+import warnings
 from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from gymnasium.utils.env_checker import check_env
 from transformers import AutoTokenizer
 
 from gigpo.envs.alfworld import ENV_ID
@@ -92,3 +94,11 @@ def test_episodes_keep_their_own_random_stream(alfworld_data: Path) -> None:
         trace_b.append(b.step(f"<action>{b.expert_action()}</action>")[0])
         random.seed(99)
     assert trace_a == trace_b
+
+
+def test_check_env_passes_without_warnings(alfworld_data: Path) -> None:
+    # One task, so Gymnasium's repeated seeded resets do not reload a game each time.
+    env = gym.make(ENV_ID, data_path=str(alfworld_data), split="valid_unseen", task_types=["pick_two_obj_and_place"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(env.unwrapped)
