@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from gigpo.cli import main
 from gigpo.envs.alfworld.data import find_tasks
 from gigpo.envs.alfworld.game import GAME_FILE, TASK_TYPES, TRAJ_FILE, TaskFiles, load_game_data, load_into, make_engine
 from gigpo.envs.alfworld.generate import generate_tasks
@@ -46,10 +47,16 @@ def test_stored_walkthrough_wins_on_a_plain_engine(alfworld_data: Path) -> None:
     assert state["won"]
 
 
-def test_same_seed_writes_byte_identical_files(alfworld_data: Path, alfworld_seed: int, tmp_path: Path) -> None:
-    """Regenerate the sample's pick-two task (index 5 of TASK_TYPES' cycle) live: same bytes as shipped."""
+def test_same_seed_writes_byte_identical_files(
+    alfworld_data: Path, alfworld_seed: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regenerate the sample's pick-two task (index 5 of TASK_TYPES' cycle) with the CLI: same bytes as shipped."""
     index = TASK_TYPES.index("pick_two_obj_and_place")
-    written = generate_tasks(tmp_path, n=1, seed=alfworld_seed, split="train", start=index)
+    argv = ["envs", "alfworld-generate", "--out", str(tmp_path), "--n", "1", "--seed", str(alfworld_seed),
+            "--split", "train", "--start", str(index), "--quiet"]
+    assert main(argv) == 0
+    assert "not comparable with published ALFWorld numbers" in capsys.readouterr().out
+    written = sorted(p.parent for p in tmp_path.rglob(TRAJ_FILE))
     assert len(written) == 1 and written[0].parent.name.startswith("pick_two_obj_and_place-")
     original = alfworld_data / written[0].relative_to(tmp_path)
     for name in (TRAJ_FILE, GAME_FILE):

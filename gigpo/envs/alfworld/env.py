@@ -80,6 +80,16 @@ def split_intro(feedback: str) -> tuple[str, str]:
 class ALFWorldEnv(AgentEnv):
     """ALFWorld household tasks on TextWorld's PDDL engine with alfworld's demangler and expert."""
 
+    #: The GiGPO paper's ALFWorld prompt shape: task, last K steps, current observation, admissible commands.
+    prompt_template = (
+        "You are an expert agent operating in the ALFRED embodied environment.\n"
+        "Your task is to: {task}\n"
+        "{history}"
+        "Step {step} of {max_steps}. Current observation:\n{observation}\n"
+        "{admissible_actions}"
+        "{action_format}"
+    )
+
     def __init__(
         self,
         data_path: Optional[str] = None,

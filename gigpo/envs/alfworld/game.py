@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+import fast_downward
 import textworld
 from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert
 from alfworld.agents.expert import HandCodedTWAgent
@@ -105,8 +107,29 @@ def load_game_data(task: TaskFiles) -> dict[str, Any]:
     return data
 
 
+_uncached_pddl2sas = fast_downward.pddl2sas
+
+
+@lru_cache(maxsize=16)
+def _memo_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
+    return _uncached_pddl2sas(domain, problem, verbose=verbose, optimize=optimize)
+
+
+def use_translation_cache() -> None:
+    """Memoise Fast Downward's PDDL -> SAS translation in this process (idempotent).
+
+    TextWorld translates the problem twice per `PddlState` (plain and optimised for replanning), and
+    `PddlEnv` builds a state at load and again at every reset: ~0.3-0.7 s of pure-Python work each,
+    four times per episode, for a result that depends only on the (domain, problem) texts. The
+    result is only read afterwards (actions' parameters, types, objects, initial atoms; the SAS
+    text goes to each env's private copy of the C library), so group members of one task can share it.
+    """
+    fast_downward.pddl2sas = _memo_pddl2sas
+
+
 def make_engine(expert: bool) -> textworld.core.Environment:
     """PddlEnv -> AlfredDemangler [-> FixedAlfredExpert], asking for what the agent env reports."""
+    use_translation_cache()
     infos = textworld.EnvInfos(admissible_commands=True, won=True, facts=True, extras=["expert_plan"] if expert else [])
     env: textworld.core.Environment = AlfredDemangler(PddlEnv(infos))
     if expert:
