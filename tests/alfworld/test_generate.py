@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -9,8 +10,8 @@ import pytest
 from gigpo.cli import main
 from gigpo.envs.alfworld.data import find_tasks
 from gigpo.envs.alfworld.game import GAME_FILE, TASK_TYPES, TRAJ_FILE, TaskFiles, load_game_data, load_into, make_engine
-from gigpo.envs.alfworld.generate import generate_tasks
-from gigpo.envs.alfworld.scenes import available_scenes
+from gigpo.envs.alfworld.generate import build_layout, generate_tasks, goal_candidates
+from gigpo.envs.alfworld.scenes import available_scenes, load_scene
 
 
 def _task_dirs(root: Path) -> list[Path]:
@@ -94,3 +95,26 @@ def test_data_sources(alfworld_data: Path, tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.delenv("ALFWORLD_DATA")
     with pytest.raises(ValueError, match="ALFWORLD_DATA"):
         find_tasks(None, "train")
+
+
+@pytest.mark.parametrize("scene", [11, 212, 316, 415])
+def test_goal_rules_follow_alfworld(scene: int) -> None:
+    """No goal is won at the start, and heat/cool/clean goals never end in their own appliance."""
+    layout = build_layout(load_scene(scene), random.Random(scene))
+    starts = {(o.type, o.receptacle.type) for o in layout.objects}
+    receptacle_types = {r.type for r in layout.receptacles}
+    seen_types = set()
+    for task_type in TASK_TYPES:
+        for goal in goal_candidates(layout, task_type):
+            seen_types.add(task_type)
+            if task_type == "look_at_obj_in_light":
+                assert goal.toggle_target in {o.type for o in layout.objects} and not goal.parent_target
+                continue
+            assert goal.parent_target in receptacle_types
+            assert (goal.object_target, goal.parent_target) not in starts
+            forbidden = {"pick_heat_then_place_in_recep": "Microwave", "pick_cool_then_place_in_recep": "Fridge",
+                         "pick_clean_then_place_in_recep": "SinkBasin"}.get(task_type)
+            assert goal.parent_target != forbidden
+    room = load_scene(scene).room
+    assert ("pick_heat_then_place_in_recep" in seen_types) == (room == "Kitchen" and "Microwave" in receptacle_types)
+    assert "pick_and_place_simple" in seen_types

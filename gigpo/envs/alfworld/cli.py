@@ -4,9 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gigpo.envs.alfworld.game import TASK_TYPES
-
-SPLIT_CHOICES = ("train", "valid_seen", "valid_unseen")
+from gigpo.envs.alfworld.game import MAX_STEPS, SPLITS, TASK_TYPES
 
 
 def _positive_int(text: str) -> int:
@@ -62,20 +60,21 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", required=True, help="output root (pass it as env kwargs data_path)")
     p.add_argument("--n", type=_positive_int, required=True, help="number of tasks; task types are cycled")
     p.add_argument("--seed", type=int, default=0, help="generation seed (default 0)")
-    p.add_argument("--split", choices=SPLIT_CHOICES, default="train", help="which scenes to draw from (default train)")
+    p.add_argument("--split", choices=SPLITS, default="train", help="which scenes to draw from (default train)")
     p.add_argument("--task-types", nargs="+", choices=TASK_TYPES, default=list(TASK_TYPES), metavar="TYPE",
                    help=f"subset of: {', '.join(TASK_TYPES)}")
     p.add_argument("--start", type=int, default=0, help="index of the first task (shards: run 0..n-1 and n..2n-1 "
                    "in parallel to get the same files as one run of 2n)")
-    p.add_argument("--max-steps", type=_positive_int, default=50, help="the expert must win within this many steps (default 50)")
+    p.add_argument("--max-steps", type=_positive_int, default=MAX_STEPS,
+                   help=f"the expert must win within this many steps (default {MAX_STEPS})")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_generate)
 
     p = sub.add_parser("alfworld-eval", help="success rate of the fixed expert on an ALFWorld split, per task type")
     p.add_argument("--data", default=None, help="data root (default: $ALFWORLD_DATA)")
-    p.add_argument("--split", choices=SPLIT_CHOICES, default="valid_unseen")
+    p.add_argument("--split", choices=SPLITS, default="valid_unseen")
     p.add_argument("--task-types", nargs="+", choices=TASK_TYPES, default=None, metavar="TYPE")
     p.add_argument("--episodes", type=_positive_int, default=None, help="default: every task of the split once")
     p.add_argument("--workers", type=_positive_int, default=None, help="env worker processes (default: core count)")
-    p.add_argument("--max-steps", type=_positive_int, default=50)
+    p.add_argument("--max-steps", type=_positive_int, default=MAX_STEPS)
     p.set_defaults(func=_cmd_eval)

@@ -7,9 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Sequence
 
-from gigpo.envs.alfworld.game import GAME_FILE, TASK_TYPES, TRAJ_FILE, TaskFiles
-
-SPLITS = ("train", "valid_seen", "valid_unseen")
+from gigpo.envs.alfworld.game import GAME_FILE, SPLITS, TASK_TYPES, TRAJ_FILE, TaskFiles
 DATA_ENV_VAR = "ALFWORLD_DATA"
 
 

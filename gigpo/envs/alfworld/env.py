@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Literal, Optional, Sequence
 
 from gigpo.envs.alfworld.data import find_tasks
-from gigpo.envs.alfworld.game import TaskFiles, expert_action, load_game_data, load_into, make_engine
+from gigpo.envs.alfworld.game import MAX_STEPS, TaskFiles, expert_action, load_game_data, load_into, make_engine
 from gigpo.envs.base import AgentEnv, rng_seed
 
 WELCOME_BANNER = "-= Welcome to TextWorld, ALFRED! =-"
@@ -97,7 +97,7 @@ class ALFWorldEnv(AgentEnv):
         task_types: Optional[Sequence[str]] = None,
         anchor: Literal["observation", "state"] = "observation",
         expert: bool = False,
-        max_steps: int = 50,
+        max_steps: int = MAX_STEPS,
         win_reward: float = 10.0,
         invalid_action_penalty: float = 0.1,
         render_mode: Optional[str] = None,

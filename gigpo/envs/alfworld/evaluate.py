@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from gigpo.envs.alfworld import ENV_ID
 from gigpo.envs.alfworld.data import find_tasks
-from gigpo.envs.alfworld.game import TASK_TYPES
+from gigpo.envs.alfworld.game import MAX_STEPS, TASK_TYPES
 from gigpo.envs.pool import EnvPool, EpisodeView
 
 Policy = Callable[[Sequence[EpisodeView]], list[str]]
@@ -75,7 +75,7 @@ def evaluate(
     episodes: Optional[int] = None,
     seed_start: int = 0,
     workers: Optional[int] = None,
-    max_steps: int = 50,
+    max_steps: int = MAX_STEPS,
     env_kwargs: Optional[dict[str, Any]] = None,
 ) -> EvalResult:
     """Play `episodes` (default: every task of the split once) with `policy`; count wins per task type.

@@ -32,6 +32,9 @@ TASK_TYPES = (
     "pick_cool_then_place_in_recep",
     "pick_two_obj_and_place",
 )
+SPLITS = ("train", "valid_seen", "valid_unseen")
+#: Episode length of ALFWorld in the GiGPO paper; also the generator's bar for the expert.
+MAX_STEPS = 50
 EXPERT_MAX_STEPS = 200
 
 

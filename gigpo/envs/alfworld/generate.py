@@ -31,7 +31,7 @@ from alfworld.agents.utils.misc import add_task_to_grammar
 from alfworld.gen import constants
 from alfworld.gen.goal_library import gdict
 
-from gigpo.envs.alfworld.game import GAME_FILE, TASK_TYPES, TRAJ_FILE, TaskFiles, play_expert
+from gigpo.envs.alfworld.game import GAME_FILE, MAX_STEPS, TASK_TYPES, TRAJ_FILE, TaskFiles, play_expert
 from gigpo.envs.alfworld.scenes import (
     LAMP_TYPES,
     PICKUPABLE_TYPES,
@@ -43,7 +43,6 @@ from gigpo.envs.alfworld.scenes import (
 )
 
 ALFWORLD_DATA_DIR = Path(alfworld.__file__).parent / "data"
-SPLITS = ("train", "valid_seen", "valid_unseen")
 VERIFY_SEEDS = (0, 1)
 MAX_ATTEMPTS_PER_TASK = 200
 
@@ -305,9 +304,9 @@ def try_task(
     (staging / TRAJ_FILE).write_text(_dump(traj))
     # Fill the goal sentence now, like ALFWorld's own game files (its templater uses global random).
     random.seed(rng_seed)
-    task = TaskFiles(staging, task_type, traj["pddl_params"])
     game["grammar"] = add_task_to_grammar(game["grammar"], traj)
-    (staging / GAME_FILE).write_text(_dump(game))
+    # The expert reads the task from traj_data.json; the game file is written only once it is solved.
+    task = TaskFiles(staging, task_type, traj["pddl_params"], generated=True)
     walkthrough = play_expert(task, game, max_steps, seeds=VERIFY_SEEDS)
     if walkthrough is None:
         return None
@@ -325,7 +324,7 @@ def generate_tasks(
     seed: int = 0,
     split: str = "train",
     task_types: Sequence[str] = TASK_TYPES,
-    max_steps: int = 50,
+    max_steps: int = MAX_STEPS,
     start: int = 0,
     progress: Optional[Callable[[int], None]] = None,
 ) -> list[Path]:
@@ -342,8 +341,19 @@ def generate_tasks(
     if unknown or not task_types:
         raise ValueError(f"task_types={list(task_types)} must be a non-empty subset of {', '.join(TASK_TYPES)}")
     scenes = available_scenes(split)
-    split_dir = Path(out) / split
-    staging_root = Path(out) / f".staging-{split}-{start}"
+    outer_random = random.getstate()  # alfworld's templater and expert use the global stream
+    try:
+        return _generate(Path(out), n, seed, split, list(task_types), max_steps, start, scenes, progress)
+    finally:
+        random.setstate(outer_random)
+
+
+def _generate(
+    out: Path, n: int, seed: int, split: str, task_types: list[str], max_steps: int, start: int,
+    scenes: list[int], progress: Optional[Callable[[int], None]],
+) -> list[Path]:
+    split_dir = out / split
+    staging_root = out / f".staging-{split}-{start}"
     written: list[Path] = []
     for index in range(start, start + n):
         task_type = task_types[index % len(task_types)]
