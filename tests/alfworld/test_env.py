@@ -96,9 +96,9 @@ def test_episodes_keep_their_own_random_stream(alfworld_data: Path) -> None:
     assert trace_a == trace_b
 
 
-def test_check_env_passes_without_warnings(alfworld_data: Path) -> None:
+def test_check_env_passes_without_warnings(sample_data: Path) -> None:
     # One task, so Gymnasium's repeated seeded resets do not reload a game each time.
-    env = gym.make(ENV_ID, data_path=str(alfworld_data), split="valid_unseen", task_types=["pick_two_obj_and_place"])
+    env = gym.make(ENV_ID, data_path=str(sample_data), split="valid_unseen", task_types=["pick_two_obj_and_place"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_env(env.unwrapped)

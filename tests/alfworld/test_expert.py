@@ -24,8 +24,8 @@ def _play(engine: textworld.core.Environment) -> bool:
     return bool(state["won"])
 
 
-def test_fixed_expert_wins_the_pick_two_task_the_stock_expert_loses(alfworld_data: Path) -> None:
-    folder = next((alfworld_data / "valid_unseen").glob("pick_two_obj_and_place-*/*"))
+def test_fixed_expert_wins_the_pick_two_task_the_stock_expert_loses(sample_data: Path) -> None:
+    folder = next((sample_data / "valid_unseen").glob("pick_two_obj_and_place-*/*"))
     task = TaskFiles.read(folder)
 
     fixed = make_engine(expert=True)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from gigpo.cli import main
 from gigpo.envs.alfworld.data import find_tasks
 from gigpo.envs.alfworld.game import GAME_FILE, TASK_TYPES, TRAJ_FILE, TaskFiles, load_game_data, load_into, make_engine
 from gigpo.envs.alfworld.generate import build_layout, generate_tasks, goal_candidates
@@ -48,21 +47,14 @@ def test_stored_walkthrough_wins_on_a_plain_engine(alfworld_data: Path) -> None:
     assert state["won"]
 
 
-def test_same_seed_writes_byte_identical_files(
-    alfworld_data: Path, alfworld_seed: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Regenerate the sample's pick-two task (index 5 of TASK_TYPES' cycle) with the CLI: same bytes as shipped."""
-    index = TASK_TYPES.index("pick_two_obj_and_place")
-    argv = ["envs", "alfworld-generate", "--out", str(tmp_path), "--n", "1", "--seed", str(alfworld_seed),
-            "--split", "train", "--start", str(index), "--quiet"]
-    assert main(argv) == 0
-    assert "not comparable with published ALFWorld numbers" in capsys.readouterr().out
-    written = sorted(p.parent for p in tmp_path.rglob(TRAJ_FILE))
-    assert len(written) == 1 and written[0].parent.name.startswith("pick_two_obj_and_place-")
-    original = alfworld_data / written[0].relative_to(tmp_path)
-    for name in (TRAJ_FILE, GAME_FILE):
-        assert (written[0] / name).read_bytes() == (original / name).read_bytes()
-    assert not any(p.name.startswith(".staging") for p in tmp_path.iterdir())
+def test_same_seed_writes_byte_identical_files(alfworld_data: Path, sample_data: Path) -> None:
+    """The session's fresh generation equals the shipped sample, written earlier by the same command."""
+    fresh = sorted(p.relative_to(alfworld_data) for p in (alfworld_data / "train").rglob("*") if p.is_file())
+    shipped = sorted(p.relative_to(sample_data) for p in (sample_data / "train").rglob("*") if p.is_file())
+    assert fresh == shipped and len(fresh) == 2 * len(TASK_TYPES)
+    for rel in fresh:
+        assert (alfworld_data / rel).read_bytes() == (sample_data / rel).read_bytes(), rel
+    assert not any(p.name.startswith(".staging") for p in alfworld_data.iterdir())
 
 
 def test_unseen_split_draws_from_held_out_scenes() -> None:
@@ -82,7 +74,7 @@ def test_bad_arguments_name_the_input(tmp_path: Path) -> None:
         generate_tasks(tmp_path, n=1, start=-1)
 
 
-def test_data_sources(alfworld_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_data_sources(alfworld_data: Path, sample_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The official download's layout, json_2.1.1/<split>, is found under the data root.
     (tmp_path / "json_2.1.1").mkdir()
     (tmp_path / "json_2.1.1" / "train").symlink_to(alfworld_data / "train")
@@ -90,7 +82,7 @@ def test_data_sources(alfworld_data: Path, tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(FileNotFoundError, match="valid_unseen"):
         find_tasks(str(tmp_path), "valid_unseen")
     # A folder of task folders is one split; $ALFWORLD_DATA is the default root.
-    monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_data / "valid_unseen"))
+    monkeypatch.setenv("ALFWORLD_DATA", str(sample_data / "valid_unseen"))
     assert [t.task_type for t in find_tasks(None, "train", ["look_at_obj_in_light"])] == ["look_at_obj_in_light"]
     monkeypatch.delenv("ALFWORLD_DATA")
     with pytest.raises(ValueError, match="ALFWORLD_DATA"):
