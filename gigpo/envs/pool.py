@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import time
 import weakref
@@ -97,6 +98,19 @@ class PoolStats:
 
 # --------------------------------------------------------------------------- worker process
 
+def _picklable(result: tuple[Optional[bool], Any]) -> tuple[Optional[bool], Any]:
+    """The result itself, or an error saying the env returned something that cannot leave the worker."""
+    try:
+        pickle.dumps(result)
+        return result
+    except Exception as exc:
+        return False, f"the env returned an object that cannot be pickled: {type(exc).__name__}: {exc}"
+
+
+class _MakeError(Exception):
+    """The env could not be constructed: a configuration error, raised to the caller."""
+
+
 def _worker_main(conn: Connection, spec: gym.envs.registration.EnvSpec, env_kwargs: dict[str, Any],
                  max_steps: Optional[int], current: Any, started_at: Any) -> None:
     """Serve batches of operations until told to stop. `current`/`started_at` let the parent time steps."""
@@ -107,7 +121,10 @@ def _worker_main(conn: Connection, spec: gym.envs.registration.EnvSpec, env_kwar
 
     def make(episode: int) -> gym.Env:
         if episode not in envs:
-            envs[episode] = gym.make(spec, max_episode_steps=max_steps, disable_env_checker=True, **env_kwargs)
+            try:
+                envs[episode] = gym.make(spec, max_episode_steps=max_steps, disable_env_checker=True, **env_kwargs)
+            except Exception as exc:
+                raise _MakeError(f"{type(exc).__name__}: {exc}") from exc
         return envs[episode]
 
     def run(kind: str, episode: int, arg: Any) -> Any:
@@ -149,11 +166,16 @@ def _worker_main(conn: Connection, spec: gym.envs.registration.EnvSpec, env_kwar
             started_at.value = time.monotonic()
             try:
                 results.append((True, run(kind, episode, arg)))
+            except _MakeError as exc:  # the caller's configuration, not one episode's bad luck
+                results.append((None, str(exc)))
             except Exception as exc:  # the env's fault, not the pool's: report it and go on
                 results.append((False, f"{type(exc).__name__}: {exc}"))
         started_at.value = _IDLE
         current.value = -1
-        conn.send(results)
+        try:
+            conn.send(results)
+        except (pickle.PicklingError, TypeError, AttributeError):  # pickling fails before anything is written
+            conn.send([_picklable(result) for result in results])
     for env in envs.values():
         env.close()
 
@@ -353,6 +375,7 @@ class EnvPool:
                 self._workers[w].conn.send(batch)
                 sent[w] = batch
         results: list[tuple[_Op, tuple[bool, Any]]] = []
+        make_errors: list[str] = []
         while sent:
             now = time.monotonic()
             deadlines = [self._workers[w].started_at.value + self.step_timeout_s for w in sent
@@ -367,7 +390,9 @@ class EnvPool:
                     self._recover(w, ops[w], sent, "the env worker process died")
                     continue
                 for op, (ok, payload) in zip(sent.pop(w), replies):
-                    if op[0] == "replay" and not ok:
+                    if ok is None:
+                        make_errors.append(payload)
+                    elif op[0] == "replay" and not ok:
                         self._end_with_error(self._episodes[op[1]], f"replay after a worker restart: {payload}")
                     results.append((op, (ok, payload)))
             now = time.monotonic()
@@ -378,24 +403,27 @@ class EnvPool:
                     self._recover(w, ops[w], sent, f"exceeded step_timeout_s={self.step_timeout_s}", timed_out=True)
                 elif not worker.process.is_alive() and not worker.conn.poll():
                     self._recover(w, ops[w], sent, "the env worker process died")
+        if make_errors:
+            raise ValueError(f"cannot make {self.env_id!r} with env_kwargs={self._env_kwargs}: {make_errors[0]}")
         return results
 
     def _recover(self, w: int, caller_ops: list[_Op], sent: dict[int, list[_Op]], reason: str,
                  timed_out: bool = False) -> None:
         """Restart worker w, end the episode it was stuck on, rebuild its other episodes, resend the rest."""
         worker = self._workers[w]
+        worker.process.kill()  # first, so the operation index read next cannot move on
+        worker.process.join()
+        worker.conn.close()
         index = worker.current.value
         if not 0 <= index < len(sent[w]):
             raise RuntimeError(f"env worker for {self.env_id!r} failed before running any operation "
                                f"(exit code {worker.process.exitcode}); check that the env can be made in a "
                                f"fresh process (importable entry point, picklable kwargs)")
         kind, stuck, _ = sent[w][index]
-        worker.process.kill()
-        worker.process.join()
-        worker.conn.close()
         self._workers[w] = self._start_worker()
         self._stats.worker_restarts += 1
-        self._end_with_error(self._episodes[stuck], f"{kind}: {reason}", timed_out=timed_out)
+        if kind != "drop":  # a drop names an episode of the previous reset: nothing left to end
+            self._end_with_error(self._episodes[stuck], f"{kind}: {reason}", timed_out=timed_out)
 
         # Episodes ended during this call (the stuck one, failed replays) are not run again; "drop"
         # names an episode of the previous reset, which is gone from self._episodes.

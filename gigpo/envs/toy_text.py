@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 import gymnasium as gym
-import numpy as np
 from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
 from gigpo.envs.base import AgentEnv, rng_seed
 
-#: (inner env, its state, last reward, terminated) -> text
+#: (inner env, its state) -> the observation text
 Renderer = Callable[[gym.Env, int], str]
+#: (inner env, its state, last reward, terminated) -> whether the task is solved
 WinTest = Callable[[gym.Env, int, float, bool], bool]
 
 

@@ -1,6 +1,7 @@
 """The env pool: grouping, batched stepping, fault isolation (exception, hang, dead worker), clean shutdown."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 
 import gymnasium as gym
@@ -8,7 +9,7 @@ import pytest
 
 import gigpo.envs  # noqa: F401  (registers the built-in envs)
 from gigpo.envs.pool import EnvPool
-from faulty_envs import CounterEnv
+from envs.faulty_envs import CounterEnv
 
 COUNTER_ID = "test/Counter-v0"
 gigpo.envs.register_env(COUNTER_ID, CounterEnv)
@@ -96,6 +97,17 @@ def test_a_raising_env_and_a_hanging_env_end_only_their_own_episodes():
     assert not any(_alive(pid) for pid in pids + pool.worker_pids())
 
 
+def test_a_reset_that_hangs_ends_its_episodes_and_the_others_start_normally():
+    start = _start_counts([8])[8]
+    with EnvPool(COUNTER_ID, {"hang_on_reset_seed": 7}, workers=2, step_timeout_s=1.0) as pool:
+        views = pool.reset([7, 8], group_size=2)  # episodes 0 and 1 (seed 7) hang, one in each worker
+        assert [v.done for v in views] == [True, True, False, False]
+        assert all("reset: exceeded step_timeout_s" in v.error for v in views[:2])
+        assert [v.observation for v in views[2:]] == [f"count={start}"] * 2
+        assert (pool.stats().step_timeouts, pool.stats().worker_restarts) == (2, 2)
+        assert [v.observation for v in pool.step({2: "inc", 3: "inc"})] == [f"count={start + 1}"] * 2
+
+
 def test_a_worker_that_dies_ends_one_episode_and_close_leaves_no_processes():
     pool = EnvPool(COUNTER_ID, workers=2, step_timeout_s=30.0)
     pool.reset([5], group_size=4)
@@ -108,11 +120,34 @@ def test_a_worker_that_dies_ends_one_episode_and_close_leaves_no_processes():
     pool.close()
     pool.close()  # idempotent
     assert not any(_alive(pid) for pid in pids)
+    assert multiprocessing.active_children() == []
+
+
+def test_an_unpicklable_info_ends_only_that_episode():
+    with EnvPool(COUNTER_ID, workers=1) as pool:
+        pool.reset([1], group_size=2)
+        views = pool.step({0: "lambda", 1: "inc"})
+        assert "cannot be pickled" in views[0].error and views[0].done
+        assert views[1].error is None and views[1].reward == 1.0
+        assert pool.stats().env_errors == 1 and pool.stats().worker_restarts == 0
+
+
+def test_a_smaller_reset_drops_the_extra_envs_and_the_pool_goes_on():
+    with EnvPool(COUNTER_ID, workers=2) as pool:
+        assert len(pool.reset([1, 2], group_size=3)) == 6
+        pool.step({i: "inc" for i in range(6)})
+        views = pool.reset([2], group_size=1)
+        assert [(v.episode_idx, v.step, v.history) for v in views] == [(0, 0, ())]
+        assert views[0].observation == f"count={_start_counts([2])[2]}"
+        assert pool.step({0: "inc"})[0].step == 1 and pool.live_episodes() == [0]
 
 
 def test_bad_arguments_name_the_input():
     with pytest.raises(gym.error.Error, match="Sokobn"):
         EnvPool("gigpo/Sokobn-v0", workers=1)
+    with EnvPool("gigpo/Sokoban-v0", {"size": 2}, workers=1) as pool:
+        with pytest.raises(ValueError, match=r"cannot make 'gigpo/Sokoban-v0' with env_kwargs=\{'size': 2\}.*size=2"):
+            pool.reset([0], group_size=1)
     with EnvPool(COUNTER_ID, workers=1) as pool:
         with pytest.raises(ValueError, match="group_size=0"):
             pool.reset([1], group_size=0)

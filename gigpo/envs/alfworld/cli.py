@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gigpo.envs.alfworld.game import MAX_STEPS, SPLITS, TASK_TYPES
+from gigpo.envs.alfworld.spec import MAX_STEPS, SPLITS, TASK_TYPES
+from gigpo.envs.cli import envs_subparsers
 
 
 def _positive_int(text: str) -> int:
@@ -12,18 +13,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be at least 1")
     return value
-
-
-def _envs_subparsers(subparsers: Any) -> Any:
-    """The `envs` command group's subparsers, creating the group unless another module already did."""
-    envs = subparsers.choices.get("envs")
-    if envs is None:
-        envs = subparsers.add_parser("envs", help="environment tools (ALFWorld task generation and evaluation)")
-        return envs.add_subparsers(dest="envs_command", metavar="SUBCOMMAND", required=True)
-    for action in envs._actions:  # argparse keeps the group's subparsers action here
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    return envs.add_subparsers(dest="envs_command", metavar="SUBCOMMAND", required=True)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -50,7 +39,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    sub = _envs_subparsers(subparsers)
+    sub = envs_subparsers(subparsers)
 
     p = sub.add_parser("alfworld-generate", help="write ALFWorld tasks from the alfworld wheel's floor plans, "
                        "each verified solvable by the expert",

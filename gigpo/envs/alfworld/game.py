@@ -22,19 +22,8 @@ from alfworld.agents.expert import HandCodedTWAgent
 from alfworld.agents.utils.misc import add_task_to_grammar
 from textworld.envs import PddlEnv
 
-GAME_FILE = "game.tw-pddl"
-TRAJ_FILE = "traj_data.json"
-TASK_TYPES = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
-SPLITS = ("train", "valid_seen", "valid_unseen")
-#: Episode length of ALFWorld in the GiGPO paper; also the generator's bar for the expert.
-MAX_STEPS = 50
+from gigpo.envs.alfworld.spec import GAME_FILE, MAX_STEPS, SPLITS, TASK_TYPES, TRAJ_FILE  # noqa: F401  (re-exported)
+
 EXPERT_MAX_STEPS = 200
 
 
