@@ -13,7 +13,7 @@ import sys
 from gigpo.config import RecipeError, dump_config, load_config
 
 # Subsystem command modules, in the order `gigpo --help` lists them.
-COMMAND_MODULES: list[str] = ["gigpo.advantage.cli", "gigpo.envs.cli"]
+COMMAND_MODULES: list[str] = ["gigpo.advantage.cli", "gigpo.envs.cli", "gigpo.envs.alfworld.cli"]
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
