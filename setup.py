@@ -34,7 +34,7 @@ setup(
     version="0.1.0",
     description="GiGPO: group-in-group policy optimisation for LLM agents (GRPO, RLOO, PPO baselines)",
     packages=find_packages(include=["gigpo", "gigpo.*"]),
-    package_data={"gigpo": ["recipes/*.yaml", "data/*.txt"]},
+    package_data={"gigpo": ["data/*.txt", "envs/alfworld/sample_tasks/**/*"]},
     python_requires=">=3.10",
     install_requires=CORE,
     extras_require={

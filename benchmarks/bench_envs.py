@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 import gigpo.envs  # noqa: F401  (registers the built-in envs)
+import gigpo.envs.alfworld  # noqa: F401  (registers gigpo/ALFWorld-v0)
 from gigpo.envs.pool import EnvPool
 
 

@@ -13,7 +13,8 @@ import sys
 from gigpo.config import RecipeError, dump_config, load_config
 
 # Subsystem command modules, in the order `gigpo --help` lists them.
-COMMAND_MODULES: list[str] = ["gigpo.advantage.cli", "gigpo.envs.cli", "gigpo.rollout.cli", "gigpo.trainer.cli"]
+COMMAND_MODULES: list[str] = ["gigpo.advantage.cli", "gigpo.envs.cli", "gigpo.envs.alfworld.cli", "gigpo.rollout.cli",
+                              "gigpo.trainer.cli"]
 
 
 def _cmd_config(args: argparse.Namespace) -> int:

@@ -14,6 +14,8 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "gigpo/CliffWalking-v0": ("gigpo.envs.toy_text:cliff_walking", {}),
     "gigpo/Taxi-v0": ("gigpo.envs.toy_text:taxi", {}),
     "gigpo/TwentyFour-v0": ("gigpo.envs.twenty_four:TwentyFourEnv", {}),
+    # entry point imported lazily by Gymnasium: TextWorld loads only when an ALFWorld env is made
+    "gigpo/ALFWorld-v0": ("gigpo.envs.alfworld.env:ALFWorldEnv", {}),
 }
 
 

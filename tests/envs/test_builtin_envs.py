@@ -13,8 +13,9 @@ from gigpo.envs.toy_text import DiscreteTextEnv
 from gigpo.envs.twenty_four import ExpressionError, evaluate
 
 
-@pytest.mark.parametrize("env_id", sorted(gigpo.envs.BUILTIN_ENVS))
+@pytest.mark.parametrize("env_id", sorted(set(gigpo.envs.BUILTIN_ENVS) - {"gigpo/ALFWorld-v0"}))
 def test_check_env_passes_without_warnings(env_id):
+    # ALFWorld needs task files; tests/alfworld/test_env.py runs check_env on it with the shipped samples
     env = gym.make(env_id, max_episode_steps=10)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a checker warning is a failure too
