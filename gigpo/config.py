@@ -94,6 +94,8 @@ class EnvConfig(Section):
     eval_seed_start: int = 1_000_000_000
     """Evaluation seeds start here: disjoint from training seeds by construction."""
     eval_episodes: int = Field(128, ge=1)
+    eval_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Merged over `kwargs` for evaluation episodes (e.g. ALFWorld's `split: valid_unseen`)."""
     prompt_template: Optional[str] = None
     """Override the environment's prompt template (Python format string; see docs/envs.md)."""
 

@@ -9,10 +9,14 @@ from pathlib import Path
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from gigpo.config import load_config
-    from gigpo.trainer.loop import launch_or_train
+    from gigpo.trainer.loop import TrainingAborted, launch_or_train
 
     config = load_config(args.recipe, args.overrides)
-    return launch_or_train(config, args.recipe, args.overrides, resume=args.resume)
+    try:
+        return launch_or_train(config, args.recipe, args.overrides, resume=args.resume)
+    except TrainingAborted as exc:
+        print(f"gigpo: training stopped: {exc}", file=sys.stderr)
+        return 3
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:

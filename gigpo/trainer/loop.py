@@ -65,11 +65,12 @@ def build_generator(config: Config, model_path: str):
     return generator_from_config(config.rollout, model_path, config.model.dtype, config.trainer.seed)
 
 
-def build_pool(config: Config):
+def build_pool(config: Config, evaluation: bool = False):
+    """The env pool for training episodes, or for evaluation ones (with `env.eval_kwargs` merged in)."""
     from gigpo.envs.pool import EnvPool
 
     e = config.env
-    kwargs = {"invalid_action_penalty": e.invalid_action_penalty, **e.kwargs}
+    kwargs = {"invalid_action_penalty": e.invalid_action_penalty, **e.kwargs, **(e.eval_kwargs if evaluation else {})}
     return EnvPool(e.id, env_kwargs=kwargs, max_steps=e.max_steps, workers=e.workers, step_timeout_s=e.step_timeout_s)
 
 
@@ -180,6 +181,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
         (run_dir / "config.yaml").write_text(dump_config(config))
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     pool = build_pool(config) if main else None
+    eval_pool = (build_pool(config, evaluation=True) if config.env.eval_kwargs else pool) if main else None
     prompt_fn = build_prompt_fn(config, tokenizer) if main else None
     warm_dir = run_dir / "warmup"
     if t.sft_steps > 0:
@@ -224,7 +226,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
         sync_weights(actor, generator, version=state["iteration"], verifier=verifier)
     if main and start == 1 and not (run_dir / "metrics.jsonl").exists():
         # iteration 0: the starting policy (after warm-up, if any), so curves have a baseline
-        logger.log(0, {**evaluate(config, pool, generator, prompt_fn), "rollout/env_steps_total": 0})
+        logger.log(0, {**evaluate(config, eval_pool, generator, prompt_fn), "rollout/env_steps_total": 0})
 
     try:
         for iteration in range(start, t.iterations + 1):
@@ -315,7 +317,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
             if main and (iteration % t.eval_every == 0 or iteration == t.iterations):
                 with timer("eval"):
-                    metrics.update(evaluate(config, pool, generator, prompt_fn))
+                    metrics.update(evaluate(config, eval_pool, generator, prompt_fn))
             metrics.update(timer.metrics())
             metrics["time/iteration"] = time.perf_counter() - iteration_start
             metrics["perf/peak_rss_gb"] = peak_rss_gb()
@@ -337,8 +339,8 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
     finally:
         if generator is not None:
             generator.close()
-        if pool is not None:
-            pool.close()
+        for env_pool in {id(p): p for p in (pool, eval_pool) if p is not None}.values():
+            env_pool.close()
         if logger is not None:
             logger.close()
         shutdown_distributed()
@@ -384,7 +386,7 @@ def evaluate_checkpoint(config: Config, checkpoint: str, episodes: Optional[int]
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    pool = build_pool(config)
+    pool = build_pool(config, evaluation=True)
     generator = build_generator(config, checkpoint)
     try:
         metrics = evaluate(config, pool, generator, build_prompt_fn(config, tokenizer), episodes)
