@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SMALL = ["rollout.backend=hf", "env.num_groups=2", "env.group_size=2", "env.max_steps=3", "env.eval_episodes=2",
+SMALL = ["env.num_groups=2", "env.group_size=2", "env.max_steps=3", "env.eval_episodes=2",
          "env.workers=1", "trainer.sft_steps=0", "trainer.micro_token_budget=2048", "trainer.mini_batch_size=64",
          "logging.wandb_mode=disabled", "logging.progress=false", "rollout.max_new_tokens=8"]
 REQUIRED_KEYS = {"rollout/success", "rollout/return", "rollout/episode_length", "rollout/invalid_action_rate",
