@@ -111,6 +111,18 @@ def all_gather_objects(obj: Any) -> list[Any]:
     return out
 
 
+def any_rank(flag: bool) -> bool:
+    """True on every rank if `flag` is True on any rank (so all ranks take the same branch)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
+
+
 def barrier() -> None:
     import torch.distributed as dist
 

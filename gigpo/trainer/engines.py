@@ -12,12 +12,14 @@ mini-batch's token (or sequence) count, so the accumulated gradient is exactly t
 """
 from __future__ import annotations
 
+import math
 import random
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, Optional, Sequence
 
-from gigpo.trainer.distributed import RankInfo, all_gather_objects, configure_accelerator, init_distributed
+from gigpo.trainer.distributed import (RankInfo, all_gather_objects, any_rank, configure_accelerator,
+                                       init_distributed)
 
 configure_accelerator()
 
@@ -188,6 +190,22 @@ class _PolicyForward(_PackedModel):
         return logps
 
 
+class NonFiniteError(FloatingPointError):
+    """NaN or inf in a training input or loss; raised on every rank at once."""
+
+
+def check_finite(samples: Sequence[TrainSample]) -> None:
+    """Reject NaN/inf advantages, log-probs, returns or values, naming the sample and field."""
+    for i, sample in enumerate(samples):
+        for name in ("advantage", "logp_old", "logp_ref", "returns", "values_old"):
+            value = getattr(sample, name)
+            if value is None:
+                continue
+            ok = math.isfinite(value) if isinstance(value, (int, float)) else bool(torch.isfinite(value).all())
+            if not ok:
+                raise NonFiniteError(f"sample {i} has a NaN/inf {name}; fix it before update()")
+
+
 def _minibatches(n: int, size: int, epochs: int, seed: int) -> Iterator[list[int]]:
     """Shuffled mini-batches of sample indices; identical on every rank (same seed)."""
     rng = random.Random(seed)
@@ -215,6 +233,7 @@ class _TrainedEngine(_PackedModel):
         """Train on `samples`: ppo_epochs x mini-batches of mini_batch_size, each one optimizer step."""
         if not samples:
             raise ValueError("update() got no samples")
+        check_finite(samples)
         s, world = self.settings, self.info.world_size
         self.engine.train()
         sums: dict[str, float] = defaultdict(float)
@@ -223,21 +242,30 @@ class _TrainedEngine(_PackedModel):
             subset = [samples[i] for i in mini]
             tokens = sum(len(x.response_ids) for x in subset)
             denominator = float(tokens if self._loss_agg() == "token-mean" else len(subset))
+            finite = True
             for indices, dummy in self._plan(subset):
                 mb = collate(subset, indices, dummy)
                 loss, parts = self._micro_loss(mb, denominator)
                 # DeepSpeed averages gradients over ranks; each rank holds a share of the mini-batch sum.
                 self.engine.backward(loss * (0.0 if dummy else float(world)))
                 micro += 1
+                finite = finite and math.isfinite(loss.item())
                 if not dummy:
                     packed += mb.num_tokens
                     budget_used += s.micro_token_budget
                     for key, value in parts.items():
                         sums[key] += value
+            if any_rank(not finite):  # every rank decides together, before the step touches the weights
+                raise NonFiniteError(f"{self._prefix} loss is NaN/inf in optimizer step {steps + 1} of this update; "
+                                     "the step was not applied, so the weights are those before it")
             lr = float(self.engine.get_lr()[0])  # what this step uses; the scheduler moves it after
             self.engine.step()
             steps += 1
             norm = self.engine.get_global_grad_norm()
+            if not self.engine.was_step_applied() or (norm is not None and not math.isfinite(float(norm))):
+                # ZeRO 1-3 and bf16 skip a step whose gradients overflow; plain ZeRO-0 fp32 would not
+                raise NonFiniteError(f"{self._prefix} gradients are NaN/inf in optimizer step {steps} of this update "
+                                     f"(grad norm {norm}); DeepSpeed skipped the step")
             if norm is not None:
                 grad_norms.append(float(norm))
         self.updates += 1

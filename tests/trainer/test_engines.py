@@ -5,7 +5,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from gigpo.trainer.engines import (ActorEngine, CriticEngine, EngineSettings, LossSettings, ReferenceModel)
+from gigpo.trainer.engines import (ActorEngine, CriticEngine, EngineSettings, LossSettings, NonFiniteError,
+                                   ReferenceModel)
 from gigpo.trainer.losses import entropy_from_logits
 
 # a budget of 48 tokens splits the samples over several micro-batches, most packing two or more
@@ -144,3 +145,24 @@ def test_zero3_gathers_full_weights_and_matches_hf(tiny_model_dir, hf_model, sam
     # the partitioning hook is gone after loading: other models in this process load whole
     again = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     assert all(p.numel() > 0 for p in again.parameters())
+
+
+def test_non_finite_inputs_and_losses_stop_before_the_weights_change(actor, samples):
+    for s, lp in zip(samples, actor.compute_log_probs(samples)):
+        s.logp_old, s.advantage = lp, 1.0
+    samples[2].advantage = float("nan")
+    with pytest.raises(NonFiniteError, match="sample 2 has a NaN/inf advantage"):
+        actor.update(samples)
+    samples[2].advantage = 1.0
+    for s in samples:  # every mini-batch goes wrong in its first step: ratio exp(huge) = inf
+        s.logp_old = torch.full_like(s.logp_old, -1e30)
+    before = dict(actor.named_weights())
+    # A > 0: the clipped term keeps the loss finite, but the gradient is inf * 0 = NaN
+    with pytest.raises(NonFiniteError, match="gradients are NaN/inf in optimizer step 1"):
+        actor.update(samples)
+    for s in samples:
+        s.advantage = -1.0  # A < 0: min(-inf, ...) makes the loss itself infinite
+    with pytest.raises(NonFiniteError, match="loss is NaN/inf in optimizer step 1"):
+        actor.update(samples)
+    for name, tensor in actor.named_weights():
+        assert torch.equal(tensor, before[name]), f"{name} changed despite the non-finite loss"
