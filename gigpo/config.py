@@ -113,6 +113,8 @@ class AlgorithmConfig(Section):
     kl_coef: float = Field(0.01, ge=0.0)
     entropy_coef: float = Field(0.001)
     loss_agg: Literal["token-mean", "seq-mean"] = "token-mean"
+    value_clip: Optional[float] = Field(0.2, gt=0.0)
+    """PPO critic: clip new values to values_old +- this in the value loss; None for a plain squared error."""
 
 
 class TrainerConfig(Section):

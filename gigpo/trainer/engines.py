@@ -34,33 +34,33 @@ from gigpo.trainer.losses import aggregate, entropy_from_logits, kl_k3, policy_l
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """How an engine is built and fed (from TrainerConfig/ModelConfig; see `settings_from_config`)."""
+    """How an engine is built and fed. Defaults live in gigpo.config: build with `settings_from_config`."""
 
-    zero_stage: int = 2
-    dtype: Literal["bf16", "fp32"] = "bf16"
-    gradient_checkpointing: bool = False
-    micro_token_budget: int = 16384
-    mini_batch_size: int = 256
-    ppo_epochs: int = 1
-    lr: float = 1e-6
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    grad_clip: float = 1.0
-    seed: int = 0
-    temperature: float = 1.0
+    zero_stage: int
+    dtype: Literal["bf16", "fp32"]
+    gradient_checkpointing: bool
+    micro_token_budget: int
+    mini_batch_size: int
+    ppo_epochs: int
+    lr: float
+    weight_decay: float
+    warmup_steps: int
+    grad_clip: float
+    seed: int
+    temperature: float
     """Sampling temperature of the rollout: log-probs are those of logits / temperature."""
 
 
 @dataclass(frozen=True)
 class LossSettings:
-    """PPO-clip objective (from AlgorithmConfig)."""
+    """The PPO-clip objective (AlgorithmConfig)."""
 
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    kl_coef: float = 0.01
-    entropy_coef: float = 0.001
-    loss_agg: Literal["token-mean", "seq-mean"] = "token-mean"
-    value_clip: Optional[float] = 0.2
+    clip_low: float
+    clip_high: float
+    kl_coef: float
+    entropy_coef: float
+    loss_agg: Literal["token-mean", "seq-mean"]
+    value_clip: Optional[float]
     """Critic: PPO's clipped value loss around values_old (None: plain squared error)."""
 
 
@@ -71,9 +71,10 @@ def settings_from_config(config: Any, critic: bool = False) -> tuple[EngineSetti
         zero_stage=t.zero_stage, dtype=m.dtype, gradient_checkpointing=m.gradient_checkpointing,
         micro_token_budget=t.micro_token_budget, mini_batch_size=t.mini_batch_size, ppo_epochs=t.ppo_epochs,
         lr=t.critic_lr if critic else t.lr, weight_decay=t.weight_decay, warmup_steps=t.warmup_steps,
-        grad_clip=t.grad_clip, seed=t.seed, temperature=config.rollout.temperature or 1.0)
+        grad_clip=t.grad_clip, seed=t.seed,
+        temperature=config.rollout.temperature or 1.0)  # greedy rollouts (0): score the plain distribution
     loss = LossSettings(clip_low=a.clip_low, clip_high=a.clip_high, kl_coef=a.kl_coef,
-                        entropy_coef=a.entropy_coef, loss_agg=a.loss_agg)
+                        entropy_coef=a.entropy_coef, loss_agg=a.loss_agg, value_clip=a.value_clip)
     return engine, loss
 
 

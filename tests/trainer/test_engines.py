@@ -5,12 +5,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from gigpo.trainer.engines import (ActorEngine, CriticEngine, EngineSettings, LossSettings, NonFiniteError,
-                                   ReferenceModel)
+from gigpo.trainer.engines import ActorEngine, CriticEngine, NonFiniteError, ReferenceModel
 from gigpo.trainer.losses import entropy_from_logits
+from trainer_helpers import engine_settings, loss_settings
 
 # a budget of 48 tokens splits the samples over several micro-batches, most packing two or more
-SETTINGS = EngineSettings(zero_stage=2, dtype="fp32", micro_token_budget=48, mini_batch_size=3, lr=1e-3,
+SETTINGS = engine_settings(zero_stage=2, micro_token_budget=48, mini_batch_size=3, lr=1e-3,
                           grad_clip=1e6)
 
 
@@ -27,7 +27,7 @@ def hf_reference(model, sample, temperature=1.0):
 
 @pytest.fixture(scope="module")
 def actor(tiny_model_dir):
-    return ActorEngine(str(tiny_model_dir), SETTINGS, LossSettings(kl_coef=0.0, entropy_coef=0.0))
+    return ActorEngine(str(tiny_model_dir), SETTINGS, loss_settings(kl_coef=0.0, entropy_coef=0.0))
 
 
 @pytest.fixture(scope="module")
@@ -44,13 +44,13 @@ def test_packed_log_probs_equal_plain_hf_forward(tiny_model_dir, hf_model, sampl
         assert logp.shape == (len(sample.response_ids),)
         torch.testing.assert_close(logp, want_logp, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(ent, want_ent, atol=1e-5, rtol=1e-5)
-    hot = ReferenceModel(str(tiny_model_dir), EngineSettings(dtype="fp32", micro_token_budget=48, temperature=0.7))
+    hot = ReferenceModel(str(tiny_model_dir), engine_settings(micro_token_budget=48, temperature=0.7))
     torch.testing.assert_close(hot.compute_log_probs(samples[:1])[0], hf_reference(hf_model, samples[0], 0.7)[0],
                                atol=1e-5, rtol=1e-5)
 
 
 def test_actor_log_probs_match_hf_before_training(tiny_model_dir, hf_model, samples):
-    fresh = ActorEngine(str(tiny_model_dir), SETTINGS, LossSettings())
+    fresh = ActorEngine(str(tiny_model_dir), SETTINGS, loss_settings())
     for sample, logp in zip(samples, fresh.compute_log_probs(samples)):
         torch.testing.assert_close(logp, hf_reference(hf_model, sample)[0], atol=1e-5, rtol=1e-5)
 
@@ -73,7 +73,7 @@ def test_update_moves_log_probs_with_the_advantage_sign(actor, samples):
 
 
 def test_update_requires_old_and_ref_log_probs(tiny_model_dir, samples):
-    kl_actor = ActorEngine(str(tiny_model_dir), SETTINGS, LossSettings(kl_coef=0.1))
+    kl_actor = ActorEngine(str(tiny_model_dir), SETTINGS, loss_settings(kl_coef=0.1))
     with pytest.raises(ValueError, match="logp_old"):
         kl_actor.update(samples)
     for s, lp in zip(samples, kl_actor.compute_log_probs(samples)):
@@ -88,9 +88,9 @@ def test_micro_batching_does_not_change_the_gradient(tiny_model_dir, samples):
         s.advantage = float(len(s.response_ids) % 3 - 1)
     results = []
     for budget in (48, 512):
-        settings = EngineSettings(zero_stage=2, dtype="fp32", micro_token_budget=budget, mini_batch_size=6,
+        settings = engine_settings(zero_stage=2, micro_token_budget=budget, mini_batch_size=6,
                                   lr=1e-3, grad_clip=1e6)
-        engine = ActorEngine(str(tiny_model_dir), settings, LossSettings(kl_coef=0.0, entropy_coef=0.01,
+        engine = ActorEngine(str(tiny_model_dir), settings, loss_settings(kl_coef=0.0, entropy_coef=0.01,
                                                                           loss_agg="seq-mean"))
         for s, lp in zip(samples, engine.compute_log_probs(samples)):
             s.logp_old = lp
@@ -119,8 +119,8 @@ def test_named_weights_are_the_full_hf_weights(actor):
 
 
 def test_critic_learns_the_returns(tiny_model_dir, samples):
-    critic = CriticEngine(str(tiny_model_dir), EngineSettings(zero_stage=2, dtype="fp32", micro_token_budget=48,
-                                                              mini_batch_size=6, lr=1e-3), LossSettings())
+    critic = CriticEngine(str(tiny_model_dir), engine_settings(zero_stage=2, micro_token_budget=48,
+                                                              mini_batch_size=6, lr=1e-3), loss_settings())
     values = critic.compute_values(samples)
     assert [v.shape[0] for v in values] == [len(s.response_ids) for s in samples]
     for s, v in zip(samples, values):
@@ -134,8 +134,8 @@ def test_critic_learns_the_returns(tiny_model_dir, samples):
 
 def test_zero3_gathers_full_weights_and_matches_hf(tiny_model_dir, hf_model, samples):
     """ZeRO-3 (one rank): loaded partitioned, yet log-probs and gathered weights are the model's."""
-    settings = EngineSettings(zero_stage=3, dtype="fp32", micro_token_budget=48, mini_batch_size=6)
-    zero3 = ActorEngine(str(tiny_model_dir), settings, LossSettings(kl_coef=0.0))
+    settings = engine_settings(zero_stage=3, micro_token_budget=48, mini_batch_size=6)
+    zero3 = ActorEngine(str(tiny_model_dir), settings, loss_settings(kl_coef=0.0))
     assert any(p.numel() == 0 for p in zero3.hf_module().parameters())  # really partitioned
     for sample, logp in zip(samples, zero3.compute_log_probs(samples)):
         torch.testing.assert_close(logp, hf_reference(hf_model, sample)[0], atol=1e-5, rtol=1e-5)
