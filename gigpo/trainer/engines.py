@@ -156,19 +156,21 @@ class _PackedModel:
 
 class _PolicyForward(_PackedModel):
     def _call(self, mb: MicroBatch) -> Tensor:
-        """(n, Rmax, V) float32 logits (temperature-scaled) at the positions predicting response tokens."""
+        """(K, V) float32 logits (temperature-scaled) at the K positions predicting response tokens."""
         out = self._forward(input_ids=mb.input_ids, position_ids=mb.position_ids,
                             logits_to_keep=mb.keep_positions, use_cache=False)
-        logits = out.logits[0].float() / self.settings.temperature  # (K, V)
-        return logits[mb.gather_index]
+        return out.logits[0].float() / self.settings.temperature
 
     def _forward(self, **kwargs):
         return self._module()(**kwargs)
 
     def _logp_entropy(self, mb: MicroBatch, with_entropy: bool) -> tuple[Tensor, Optional[Tensor]]:
-        logits = self._call(mb)
-        logp = torch.log_softmax(logits, -1).gather(-1, mb.targets.unsqueeze(-1)).squeeze(-1)  # (n, Rmax)
-        return logp, (entropy_from_logits(logits) if with_entropy else None)
+        """(n, Rmax) log-probs of the response tokens (and entropies), computed on the K real positions only."""
+        logits = self._call(mb)  # (K, V)
+        targets = mb.input_ids[0, mb.keep_positions + 1]  # (K,) the token each kept position predicts
+        logp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (K,)
+        entropy = entropy_from_logits(logits)[mb.gather_index] if with_entropy else None
+        return logp[mb.gather_index], entropy
 
     @torch.no_grad()
     def compute_log_probs(self, samples: Sequence[TrainSample], with_entropy: bool = False
