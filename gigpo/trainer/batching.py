@@ -78,6 +78,13 @@ class MicroBatch:
     fields: dict[str, Tensor] = field(default_factory=dict)
     """(n, Rmax) float32 per-token training signals present on every sample: advantage, logp_old, ..."""
 
+    def to(self, device: torch.device | str) -> "MicroBatch":
+        """The same micro-batch with every tensor on `device` (a no-op on CPU)."""
+        move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
+        return MicroBatch(self.sample_indices, move(self.input_ids), move(self.position_ids),
+                          move(self.keep_positions), move(self.gather_index), move(self.targets), move(self.mask),
+                          self.dummy, {k: move(v) for k, v in self.fields.items()})
+
     @property
     def num_tokens(self) -> int:
         return int(self.input_ids.shape[1])
@@ -199,6 +206,6 @@ def collate(samples: Sequence[TrainSample], indices: Sequence[int], dummy: bool 
 
 
 def unpad(values: Tensor, mask: Tensor) -> list[Tensor]:
-    """(n, Rmax) per-token values -> one (R_i,) tensor per sample."""
+    """(n, Rmax) per-token values -> one (R_i,) CPU tensor per sample."""
     lengths = mask.sum(-1).long().tolist()
-    return [values[k, :r].detach().clone() for k, r in enumerate(lengths)]
+    return [values[k, :r].detach().to("cpu", copy=True) for k, r in enumerate(lengths)]

@@ -131,6 +131,11 @@ def _load_hf(model_path: str, s: EngineSettings, ds_config: dict[str, Any], valu
     return model
 
 
+def _device() -> torch.device:
+    """This rank's device: the CPU here, cuda:LOCAL_RANK on GPUs."""
+    return torch.device(deepspeed.get_accelerator().current_device_name())
+
+
 class _PackedModel:
     """Shared by all engines: micro-batched forwards over packed samples, spread over ranks."""
 
@@ -142,6 +147,10 @@ class _PackedModel:
 
     def _call(self, mb: MicroBatch) -> Tensor:
         raise NotImplementedError
+
+    def _collate(self, samples: Sequence[TrainSample], indices: list[int], dummy: bool) -> MicroBatch:
+        """Pack on the CPU, then move to this rank's accelerator (a no-op on CPU)."""
+        return collate(samples, indices, dummy).to(_device())
 
     def _plan(self, samples: Sequence[TrainSample]) -> list[tuple[list[int], bool]]:
         lengths = [len(s) for s in samples]
@@ -178,7 +187,7 @@ class _PolicyForward(_PackedModel):
         """Per-sample (R,) float32 log-probs of the response tokens (and their entropies)."""
         local: dict[int, Any] = {}
         for indices, dummy in self._plan(samples):
-            mb = collate(samples, indices, dummy)
+            mb = self._collate(samples, indices, dummy)
             logp, ent = self._logp_entropy(mb, with_entropy)
             if dummy:
                 continue
@@ -247,7 +256,7 @@ class _TrainedEngine(_PackedModel):
             denominator = float(tokens if self._loss_agg() == "token-mean" else len(subset))
             finite = True
             for indices, dummy in self._plan(subset):
-                mb = collate(subset, indices, dummy)
+                mb = self._collate(subset, indices, dummy)
                 loss, parts = self._micro_loss(mb, denominator)
                 # DeepSpeed averages gradients over ranks; each rank holds a share of the mini-batch sum.
                 self.engine.backward(loss * (0.0 if dummy else float(world)))
@@ -412,7 +421,7 @@ class ReferenceModel(_PolicyForward):
             self.module, *_ = deepspeed.initialize(model=model, config=self.ds_config)
         else:
             dtype = torch.bfloat16 if settings.dtype == "bf16" else torch.float32
-            self.module = model.to(dtype)
+            self.module = model.to(device=_device(), dtype=dtype)
         self.module.eval()
 
     def _module(self) -> torch.nn.Module:
@@ -448,7 +457,7 @@ class CriticEngine(_TrainedEngine):
         """Per-sample (R,) values of the states before each response token."""
         local: dict[int, Tensor] = {}
         for indices, dummy in self._plan(samples):
-            mb = collate(samples, indices, dummy)
+            mb = self._collate(samples, indices, dummy)
             values = self._call(mb)
             if not dummy:
                 local.update(zip(indices, unpad(values, mb.mask)))
