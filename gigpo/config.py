@@ -130,7 +130,10 @@ class TrainerConfig(Section):
     mini_batch_size: int = Field(256, ge=1)
     """Step rows per optimiser step."""
     micro_token_budget: int = Field(16384, ge=1)
-    """Tokens per micro-batch (dynamic batch size): samples are packed up to this many tokens."""
+    """Tokens per micro-batch (dynamic batch size), padding included: samples are grouped up to this many."""
+    layout: Literal["auto", "packed", "padded"] = "auto"
+    """Micro-batch layout: packed (concatenated, no padding; pays with flash-attention), padded (sorted by
+    length, left-padded; best with SDPA/eager, e.g. on CPU), auto (packed iff the model uses flash-attention)."""
     zero_stage: int = Field(2, ge=0, le=3)
     nprocs: int = Field(1, ge=1)
     seed: int = 0

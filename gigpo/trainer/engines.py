@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
 
-from gigpo.trainer.batching import MicroBatch, TrainSample, collate, plan_micro_batches, unpad  # noqa: E402
+from gigpo.trainer.batching import Layout, MicroBatch, TrainSample, collate, plan_micro_batches, unpad  # noqa: E402
 from gigpo.trainer.losses import aggregate, entropy_from_logits, kl_k3, policy_loss, value_loss  # noqa: E402
 
 
@@ -49,6 +49,8 @@ class EngineSettings:
     seed: int
     temperature: float
     """Sampling temperature of the rollout: log-probs are those of logits / temperature."""
+    layout: Literal["auto", "packed", "padded"]
+    """Micro-batch layout (gigpo.trainer.batching); auto: packed with flash-attention, else padded."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,8 @@ def settings_from_config(config: Any, critic: bool = False) -> tuple[EngineSetti
         micro_token_budget=t.micro_token_budget, mini_batch_size=t.mini_batch_size, ppo_epochs=t.ppo_epochs,
         lr=t.critic_lr if critic else t.lr, weight_decay=t.weight_decay, warmup_steps=t.warmup_steps,
         grad_clip=t.grad_clip, seed=t.seed,
-        temperature=config.rollout.temperature or 1.0)  # greedy rollouts (0): score the plain distribution
+        temperature=config.rollout.temperature or 1.0,  # greedy rollouts (0): score the plain distribution
+        layout=t.layout)
     loss = LossSettings(clip_low=a.clip_low, clip_high=a.clip_high, kl_coef=a.kl_coef,
                         entropy_coef=a.entropy_coef, loss_agg=a.loss_agg, value_clip=a.value_clip)
     return engine, loss
@@ -148,13 +151,24 @@ class _PackedModel:
     def _call(self, mb: MicroBatch) -> Tensor:
         raise NotImplementedError
 
+    layout: Layout = "padded"
+
+    def _choose_layout(self, model: torch.nn.Module) -> None:
+        """Resolve layout=auto: packing pays only with a varlen attention kernel (flash-attention)."""
+        if self.settings.layout != "auto":
+            self.layout = self.settings.layout
+            return
+        attention = str(getattr(model.config, "_attn_implementation", "") or "")
+        self.layout = "packed" if "flash" in attention else "padded"
+
     def _collate(self, samples: Sequence[TrainSample], indices: list[int], dummy: bool) -> MicroBatch:
-        """Pack on the CPU, then move to this rank's accelerator (a no-op on CPU)."""
-        return collate(samples, indices, dummy).to(_device())
+        """Lay out on the CPU, then move to this rank's accelerator (a no-op on CPU)."""
+        return collate(samples, indices, dummy, self.layout).to(_device())
 
     def _plan(self, samples: Sequence[TrainSample]) -> list[tuple[list[int], bool]]:
         lengths = [len(s) for s in samples]
-        return plan_micro_batches(lengths, self.settings.micro_token_budget, self.info.world_size)[self.info.rank]
+        plan = plan_micro_batches(lengths, self.settings.micro_token_budget, self.info.world_size, self.layout)
+        return plan[self.info.rank]
 
     def _gather_results(self, samples: Sequence[TrainSample], local: dict[int, Any]) -> list[Any]:
         merged: dict[int, Any] = {}
@@ -165,21 +179,21 @@ class _PackedModel:
 
 class _PolicyForward(_PackedModel):
     def _call(self, mb: MicroBatch) -> Tensor:
-        """(K, V) float32 logits (temperature-scaled) at the K positions predicting response tokens."""
-        out = self._forward(input_ids=mb.input_ids, position_ids=mb.position_ids,
-                            logits_to_keep=mb.keep_positions, use_cache=False)
-        return out.logits[0].float() / self.settings.temperature
+        """(B * kept, V) float32 logits (temperature-scaled) at the kept positions of every row."""
+        out = self._forward(input_ids=mb.input_ids, position_ids=mb.position_ids, attention_mask=mb.attention_mask,
+                            logits_to_keep=mb.logits_to_keep, use_cache=False)
+        logits = out.logits.float() / self.settings.temperature  # (B, kept, V)
+        return logits.reshape(-1, logits.shape[-1])
 
     def _forward(self, **kwargs):
         return self._module()(**kwargs)
 
     def _logp_entropy(self, mb: MicroBatch, with_entropy: bool) -> tuple[Tensor, Optional[Tensor]]:
-        """(n, Rmax) log-probs of the response tokens (and entropies), computed on the K real positions only."""
-        logits = self._call(mb)  # (K, V)
-        targets = mb.input_ids[0, mb.keep_positions + 1]  # (K,) the token each kept position predicts
-        logp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (K,)
-        entropy = entropy_from_logits(logits)[mb.gather_index] if with_entropy else None
-        return logp[mb.gather_index], entropy
+        """(n, Rmax) log-probs of the response tokens (and entropies), from the kept positions only."""
+        logits = self._call(mb)  # (B * kept, V)
+        logp = torch.log_softmax(logits, -1).gather(-1, mb.kept_targets.unsqueeze(-1)).squeeze(-1)
+        entropy = entropy_from_logits(logits)[mb.kept_index] if with_entropy else None
+        return logp[mb.kept_index], entropy
 
     @torch.no_grad()
     def compute_log_probs(self, samples: Sequence[TrainSample], with_entropy: bool = False
@@ -249,7 +263,7 @@ class _TrainedEngine(_PackedModel):
         s, world = self.settings, self.info.world_size
         self.engine.train()
         sums: dict[str, float] = defaultdict(float)
-        steps, grad_norms, micro, packed, budget_used = 0, [], 0, 0, 0
+        steps, grad_norms, micro, packed, real, budget_used = 0, [], 0, 0, 0, 0
         for mini in _minibatches(len(samples), s.mini_batch_size, s.ppo_epochs, s.seed * 1_000_003 + self.updates):
             subset = [samples[i] for i in mini]
             tokens = sum(len(x.response_ids) for x in subset)
@@ -264,6 +278,7 @@ class _TrainedEngine(_PackedModel):
                 finite = finite and math.isfinite(loss.item())
                 if not dummy:
                     packed += mb.num_tokens
+                    real += mb.num_real_tokens
                     budget_used += s.micro_token_budget
                     for key, value in parts.items():
                         sums[key] += value
@@ -286,14 +301,13 @@ class _TrainedEngine(_PackedModel):
             for key, value in part.items():
                 totals[key] += value
         metrics = {key: value / steps for key, value in totals.items()}  # mean over optimizer steps
-        counts = all_gather_objects((micro, packed, budget_used))
+        counts = all_gather_objects((micro, packed, budget_used, real))
         metrics.update({
             f"{self._prefix}/grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else float("nan"),
             f"{self._prefix}/lr": lr,
             f"{self._prefix}/optimizer_steps": float(steps),
             "perf/micro_batches": float(sum(c[0] for c in counts)),
-            # packing concatenates samples, so no token is padding; fill = share of the budget used
-            "perf/pad_share": 0.0,
+            "perf/pad_share": 1.0 - sum(c[3] for c in counts) / max(1, sum(c[1] for c in counts)),
             "perf/budget_fill": sum(c[1] for c in counts) / max(1, sum(c[2] for c in counts)),
         })
         return metrics
@@ -325,6 +339,7 @@ class ActorEngine(_TrainedEngine, _PolicyForward):
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings)
         model = _load_hf(model_path, settings, self.ds_config, value_head=False)
+        self._choose_layout(model)
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config,
                                                lr_scheduler=warmup_schedule(settings.warmup_steps))
 
@@ -416,6 +431,7 @@ class ReferenceModel(_PolicyForward):
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings, train=False)
         model = _load_hf(model_path, settings, self.ds_config, value_head=False)
+        self._choose_layout(model)
         model.requires_grad_(False)
         if settings.zero_stage == 3:  # loaded partitioned (HfDeepSpeedConfig): only an engine can run it
             self.module, *_ = deepspeed.initialize(model=model, config=self.ds_config)
@@ -441,6 +457,7 @@ class CriticEngine(_TrainedEngine):
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings)
         model = _load_hf(model_path, settings, self.ds_config, value_head=True)
+        self._choose_layout(model)
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config,
                                                lr_scheduler=warmup_schedule(settings.warmup_steps))
 
@@ -448,9 +465,10 @@ class CriticEngine(_TrainedEngine):
         return "token-mean"
 
     def _call(self, mb: MicroBatch) -> Tensor:
-        out = self.engine(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
-        values = out.logits[0, :, 0].float()  # (L,)
-        return values[mb.keep_positions][mb.gather_index]  # (n, Rmax)
+        out = self.engine(input_ids=mb.input_ids, position_ids=mb.position_ids, attention_mask=mb.attention_mask,
+                          use_cache=False)
+        values = out.logits[..., 0].float().reshape(-1)  # (B * W,)
+        return values[mb.predict_index]  # (n, Rmax)
 
     @torch.no_grad()
     def compute_values(self, samples: Sequence[TrainSample]) -> list[Tensor]:

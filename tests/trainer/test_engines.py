@@ -1,6 +1,8 @@
 """Real DeepSpeed engines (one rank, ZeRO-2, fp32) on the tiny local model."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -35,16 +37,18 @@ def hf_model(tiny_model_dir):
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
 
 
-def test_packed_log_probs_equal_plain_hf_forward(tiny_model_dir, hf_model, samples):
+@pytest.mark.parametrize("layout", ["packed", "padded"])
+def test_log_probs_equal_plain_hf_forward(tiny_model_dir, hf_model, samples, layout):
     # a fresh reference model: the actor fixture may have been updated by other tests
-    ref = ReferenceModel(str(tiny_model_dir), SETTINGS)
+    ref = ReferenceModel(str(tiny_model_dir), dataclasses.replace(SETTINGS, layout=layout))
+    assert ref.layout == layout
     logps, entropies = ref.compute_log_probs(samples, with_entropy=True)
     for sample, logp, ent in zip(samples, logps, entropies):
         want_logp, want_ent = hf_reference(hf_model, sample)
         assert logp.shape == (len(sample.response_ids),)
         torch.testing.assert_close(logp, want_logp, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(ent, want_ent, atol=1e-5, rtol=1e-5)
-    hot = ReferenceModel(str(tiny_model_dir), engine_settings(micro_token_budget=48, temperature=0.7))
+    hot = ReferenceModel(str(tiny_model_dir), engine_settings(micro_token_budget=48, temperature=0.7, layout=layout))
     torch.testing.assert_close(hot.compute_log_probs(samples[:1])[0], hf_reference(hf_model, samples[0], 0.7)[0],
                                atol=1e-5, rtol=1e-5)
 
@@ -82,14 +86,15 @@ def test_update_requires_old_and_ref_log_probs(tiny_model_dir, samples):
         kl_actor.update(samples)
 
 
-def test_micro_batching_does_not_change_the_gradient(tiny_model_dir, samples):
+@pytest.mark.parametrize("layout", ["packed", "padded"])
+def test_micro_batching_does_not_change_the_gradient(tiny_model_dir, samples, layout):
     """One micro-batch per mini-batch and many give the same grad norm and the same weights."""
     for s in samples:
         s.advantage = float(len(s.response_ids) % 3 - 1)
     results = []
     for budget in (48, 512):
         settings = engine_settings(zero_stage=2, micro_token_budget=budget, mini_batch_size=6,
-                                  lr=1e-3, grad_clip=1e6)
+                                   lr=1e-3, grad_clip=1e6, layout=layout)
         engine = ActorEngine(str(tiny_model_dir), settings, loss_settings(kl_coef=0.0, entropy_coef=0.01,
                                                                           loss_agg="seq-mean"))
         for s, lp in zip(samples, engine.compute_log_probs(samples)):
