@@ -1,16 +1,18 @@
-"""Trainer throughput: packed micro-batches (gigpo.trainer) vs padding each micro-batch to its longest sample.
+"""Trainer throughput: gigpo's micro-batch layouts vs padding batches in arrival order.
 
     PYTHONPATH=. python benchmarks/bench_trainer.py                 # small preset (~30M), bf16, ~2-4 min
     PYTHONPATH=. python benchmarks/bench_trainer.py --preset tiny --samples 32 --quick
 
 Samples are agent-step shaped: prompts of 200..700 tokens, responses of 8..200 tokens, random order.
-Both sides score the same samples under the same token budget, with the same model weights:
-- packed: `ActorEngine.compute_log_probs` (rows concatenated without padding, LM head on response
-  positions only), and `ActorEngine.update` (forward + backward + AdamW step);
-- padded: the same HF module, batches filled in arrival order until batch x longest > budget,
-  right-padded with an attention mask, full-sequence LM head (the usual dynamic-batch baseline).
+All score the same samples under the same token budget, with the same model weights:
+- packed / sorted: `ActorEngine.compute_log_probs` with layout "packed" (one row, no padding) and
+  "padded" (sorted by length, left-padded); both run the LM head on response positions only;
+- baseline: the same HF module, batches filled in arrival order until batch x longest > budget,
+  right-padded with an attention mask, full-sequence LM head (the usual dynamic-batch baseline);
+- update: `ActorEngine.update` (forward + backward + AdamW step) with the recipe's layout (auto).
 Log-probs are checked equal before timings are reported. One rank, ZeRO-2 (as `gigpo train` on CPU).
-The last line is `tokens=... packed_tok_s=... padded_tok_s=... speedup=... padded_pad_share=... update_tok_s=...`.
+The last line is `tokens=... packed_tok_s=... sorted_tok_s=... baseline_tok_s=... speedup=... update_tok_s=...`
+(speedup: the recipe's layout vs the baseline).
 """
 from __future__ import annotations
 
@@ -97,21 +99,28 @@ def main() -> None:
     reps = 1 if args.quick else 3
 
     model.eval()
-    packed_s, packed = best_of(reps, lambda: actor.compute_log_probs(samples))
-    padded_s, (padded, pad_share) = best_of(reps, lambda: padded_log_probs(model, samples, args.budget,
-                                                                             model.config.pad_token_id or 0))
-    worst = max(float((a - b).abs().max()) for a, b in zip(packed, padded))
+    auto = actor.layout
+    timings = {}
+    for layout in ("packed", "padded"):
+        actor.layout = layout
+        timings[layout], scored = best_of(reps, lambda: actor.compute_log_probs(samples))
+        if layout == auto:
+            ours = scored
+    actor.layout = auto
+    base_s, (base, pad_share) = best_of(reps, lambda: padded_log_probs(model, samples, args.budget,
+                                                                       model.config.pad_token_id or 0))
+    worst = max(float((a - b).abs().max()) for a, b in zip(ours, base))
     tolerance = 0.1 if args.dtype == "bf16" else 1e-3
     if worst > tolerance:
-        raise SystemExit(f"packed and padded log-probs differ by {worst} > {tolerance}: not comparable")
-    for s, lp in zip(samples, packed):
+        raise SystemExit(f"gigpo and baseline log-probs differ by {worst} > {tolerance}: not comparable")
+    for s, lp in zip(samples, ours):
         s.logp_old = lp
     update_s, metrics = best_of(1, lambda: actor.update(samples))
-    print(f"preset={args.preset} dtype={args.dtype} samples={args.samples} budget={args.budget} "
+    print(f"preset={args.preset} dtype={args.dtype} samples={args.samples} budget={args.budget} layout={auto} "
           f"max_logp_diff={worst:.2e} micro_batches={metrics['perf/micro_batches']:.0f} "
-          f"budget_fill={metrics['perf/budget_fill']:.2f}")
-    print(f"tokens={tokens} packed_tok_s={tokens / packed_s:.0f} padded_tok_s={tokens / padded_s:.0f} "
-          f"speedup={padded_s / packed_s:.2f} padded_pad_share={pad_share:.2f} update_tok_s={tokens / update_s:.0f}")
+          f"pad_share={metrics['perf/pad_share']:.2f} baseline_pad_share={pad_share:.2f}")
+    print(f"tokens={tokens} packed_tok_s={tokens / timings['packed']:.0f} sorted_tok_s={tokens / timings['padded']:.0f} "
+          f"baseline_tok_s={tokens / base_s:.0f} speedup={base_s / timings[auto]:.2f} update_tok_s={tokens / update_s:.0f}")
     shutdown_distributed()
 
 

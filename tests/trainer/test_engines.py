@@ -128,6 +128,14 @@ def test_critic_learns_the_returns(tiny_model_dir, samples):
                                                               mini_batch_size=6, lr=1e-3), loss_settings())
     values = critic.compute_values(samples)
     assert [v.shape[0] for v in values] == [len(s.response_ids) for s in samples]
+    module = critic.engine.module
+    for layout in ("padded", "packed"):  # both read the value where the policy predicts each token
+        critic.layout = layout
+        for s, v in zip(samples, critic.compute_values(samples)):
+            with torch.no_grad():
+                plain = module(input_ids=torch.tensor([s.prompt_ids + s.response_ids])).logits[0, :, 0]
+            p = len(s.prompt_ids)
+            torch.testing.assert_close(v, plain[p - 1:p - 1 + len(s.response_ids)], atol=1e-5, rtol=1e-5)
     for s, v in zip(samples, values):
         s.returns = torch.full_like(v, 1.0)
         s.values_old = None
