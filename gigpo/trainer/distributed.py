@@ -165,5 +165,9 @@ def relaunch_if_needed(argv: Sequence[str], nprocs: int, module: str = "gigpo.cl
 
     if nprocs <= 1 or launched():
         return None
-    configure_accelerator()
-    return subprocess.call(relaunch_command(argv, nprocs, module, hostfile), env=os.environ.copy())
+    env = os.environ.copy()
+    if configure_accelerator() == "cpu":
+        env["DS_ACCELERATOR"] = "cpu"
+        # CPU ranks share the cores: without this each starts a thread per core and they thrash
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nprocs)))
+    return subprocess.call(relaunch_command(argv, nprocs, module, hostfile), env=env)
