@@ -1,8 +1,8 @@
 """DeepSpeed engines: the actor (policy being trained), the frozen reference, and PPO's critic.
 
-All three run the same packed forward (gigpo.trainer.batching): one row per micro-batch, logits only
-at the positions that predict response tokens (`logits_to_keep`), so the vocabulary projection costs
-what the response needs, not the prompt. With several ranks every rank calls the same method with the
+All three run the same micro-batched forward (gigpo.trainer.batching: padded or packed rows up to a
+token budget), with logits only at the positions that predict response tokens (`logits_to_keep`), so
+the vocabulary projection costs what the response needs, not the prompt. With several ranks every rank calls the same method with the
 same samples (rank 0 broadcast them); each computes its share of micro-batches and results are
 gathered, so every rank returns the full answer.
 
@@ -139,19 +139,18 @@ def _device() -> torch.device:
     return torch.device(deepspeed.get_accelerator().current_device_name())
 
 
-class _PackedModel:
-    """Shared by all engines: micro-batched forwards over packed samples, spread over ranks."""
+class _MicroBatchedModel:
+    """Shared by all engines: micro-batched forwards over samples, spread over ranks."""
 
     settings: EngineSettings
     info: RankInfo
+    layout: Layout = "padded"
 
     def _module(self) -> torch.nn.Module:
         raise NotImplementedError
 
     def _call(self, mb: MicroBatch) -> Tensor:
         raise NotImplementedError
-
-    layout: Layout = "padded"
 
     def _choose_layout(self, model: torch.nn.Module) -> None:
         """Resolve layout=auto: packing pays only with a varlen attention kernel (flash-attention)."""
@@ -177,7 +176,7 @@ class _PackedModel:
         return [merged[i] for i in range(len(samples))]
 
 
-class _PolicyForward(_PackedModel):
+class _PolicyForward(_MicroBatchedModel):
     def _call(self, mb: MicroBatch) -> Tensor:
         """(B * kept, V) float32 logits (temperature-scaled) at the kept positions of every row."""
         out = self._forward(input_ids=mb.input_ids, position_ids=mb.position_ids, attention_mask=mb.attention_mask,
@@ -242,7 +241,7 @@ def _minibatches(n: int, size: int, epochs: int, seed: int) -> Iterator[list[int
             yield order[start:start + size]
 
 
-class _TrainedEngine(_PackedModel):
+class _TrainedEngine(_MicroBatchedModel):
     """Holds a deepspeed engine with an optimizer; runs accumulation, clipping and the step."""
 
     engine: Any
