@@ -95,3 +95,30 @@ def test_loop_state_that_cannot_be_stored_fails_before_writing(tiny_model_dir, t
     with pytest.raises(TypeError):
         save_checkpoint(tmp_path, 1, actor, loop_state={"bad": object()})
     assert latest_checkpoint(tmp_path) is None
+
+
+def test_critic_is_saved_and_restored_with_the_actor(tiny_model_dir, samples, tmp_path):
+    from gigpo.trainer.engines import CriticEngine
+
+    actor = ActorEngine(str(tiny_model_dir), SETTINGS, loss_settings(kl_coef=0.0))
+    critic_settings = engine_settings(micro_token_budget=512, mini_batch_size=6, lr=1e-3)
+
+    def trained_critic(updates: int) -> CriticEngine:
+        critic = CriticEngine(str(tiny_model_dir), critic_settings, loss_settings())
+        for s in samples:
+            s.returns = torch.ones(len(s.response_ids))
+        for _ in range(updates):
+            critic.update(samples)
+        return critic
+
+    critic = trained_critic(1)
+    saved = {n: p.detach().clone() for n, p in critic.engine.module.named_parameters()}
+    without = save_checkpoint(tmp_path / "a", 1, actor)
+    with_critic = save_checkpoint(tmp_path / "b", 1, actor, critic=critic)
+    other = trained_critic(2)
+    with pytest.raises(ValueError, match="has no critic"):
+        load_checkpoint(without, actor, other)
+    load_checkpoint(with_critic, actor, other)
+    for name, p in other.engine.module.named_parameters():
+        torch.testing.assert_close(p, saved[name])
+    assert other.updates == 1
