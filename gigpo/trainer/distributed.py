@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Optional, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -60,8 +61,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed(backend: Optional[str] = None) -> RankInfo:
-    """Join (or, alone, create) the process group DeepSpeed needs; idempotent."""
+def init_distributed(backend: Optional[str] = None, timeout: timedelta = timedelta(hours=3)) -> RankInfo:
+    """Join (or, alone, create) the process group DeepSpeed needs; idempotent.
+
+    `timeout` bounds every collective: ranks 1.. wait in `broadcast_object` while rank 0 rolls out,
+    which can take far longer than the usual 30 minutes.
+    """
     import torch.distributed as dist
 
     backend = backend or default_backend()
@@ -71,7 +76,7 @@ def init_distributed(backend: Optional[str] = None) -> RankInfo:
                                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
         import deepspeed
 
-        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, timeout=timeout)
     info = rank_info()
     if backend == "nccl":
         import torch
