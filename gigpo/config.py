@@ -118,6 +118,8 @@ class AlgorithmConfig(Section):
     kl_coef: float = Field(0.01, ge=0.0)
     entropy_coef: float = Field(0.001)
     loss_agg: Literal["token-mean", "seq-mean"] = "token-mean"
+    value_clip: Optional[float] = Field(0.2, gt=0.0)
+    """PPO critic: clip new values to values_old +- this in the value loss; None for a plain squared error."""
 
 
 class TrainerConfig(Section):
@@ -133,7 +135,10 @@ class TrainerConfig(Section):
     mini_batch_size: int = Field(256, ge=1)
     """Step rows per optimiser step."""
     micro_token_budget: int = Field(16384, ge=1)
-    """Tokens per micro-batch (dynamic batch size): samples are packed up to this many tokens."""
+    """Tokens per micro-batch (dynamic batch size), padding included: samples are grouped up to this many."""
+    layout: Literal["auto", "packed", "padded"] = "auto"
+    """Micro-batch layout: packed (concatenated, no padding; pays with flash-attention), padded (sorted by
+    length, left-padded; best with SDPA/eager, e.g. on CPU), auto (packed iff the model uses flash-attention)."""
     zero_stage: int = Field(2, ge=0, le=3)
     nprocs: int = Field(1, ge=1)
     seed: int = 0

@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Optional, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -60,8 +61,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed(backend: Optional[str] = None) -> RankInfo:
-    """Join (or, alone, create) the process group DeepSpeed needs; idempotent."""
+def init_distributed(backend: Optional[str] = None, timeout: timedelta = timedelta(hours=3)) -> RankInfo:
+    """Join (or, alone, create) the process group DeepSpeed needs; idempotent.
+
+    `timeout` bounds every collective: ranks 1.. wait in `broadcast_object` while rank 0 rolls out,
+    which can take far longer than the usual 30 minutes.
+    """
     import torch.distributed as dist
 
     backend = backend or default_backend()
@@ -71,7 +76,7 @@ def init_distributed(backend: Optional[str] = None) -> RankInfo:
                                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
         import deepspeed
 
-        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, timeout=timeout)
     info = rank_info()
     if backend == "nccl":
         import torch
@@ -109,6 +114,18 @@ def all_gather_objects(obj: Any) -> list[Any]:
     out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+def any_rank(flag: bool) -> bool:
+    """True on every rank if `flag` is True on any rank (so all ranks take the same branch)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
 
 
 def barrier() -> None:
@@ -153,5 +170,9 @@ def relaunch_if_needed(argv: Sequence[str], nprocs: int, module: str = "gigpo.cl
 
     if nprocs <= 1 or launched():
         return None
-    configure_accelerator()
-    return subprocess.call(relaunch_command(argv, nprocs, module, hostfile), env=os.environ.copy())
+    env = os.environ.copy()
+    if configure_accelerator() == "cpu":
+        env["DS_ACCELERATOR"] = "cpu"
+        # CPU ranks share the cores: without this each starts a thread per core and they thrash
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nprocs)))
+    return subprocess.call(relaunch_command(argv, nprocs, module, hostfile), env=env)

@@ -1,8 +1,8 @@
 """DeepSpeed engines: the actor (policy being trained), the frozen reference, and PPO's critic.
 
-All three run the same packed forward (gigpo.trainer.batching): one row per micro-batch, logits only
-at the positions that predict response tokens (`logits_to_keep`), so the vocabulary projection costs
-what the response needs, not the prompt. With several ranks every rank calls the same method with the
+All three run the same micro-batched forward (gigpo.trainer.batching: padded or packed rows up to a
+token budget), with logits only at the positions that predict response tokens (`logits_to_keep`), so
+the vocabulary projection costs what the response needs, not the prompt. With several ranks every rank calls the same method with the
 same samples (rank 0 broadcast them); each computes its share of micro-batches and results are
 gathered, so every rank returns the full answer.
 
@@ -12,12 +12,14 @@ mini-batch's token (or sequence) count, so the accumulated gradient is exactly t
 """
 from __future__ import annotations
 
+import math
 import random
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, Optional, Sequence
 
-from gigpo.trainer.distributed import RankInfo, all_gather_objects, configure_accelerator, init_distributed
+from gigpo.trainer.distributed import (RankInfo, all_gather_objects, any_rank, configure_accelerator,
+                                       init_distributed)
 
 configure_accelerator()
 
@@ -26,39 +28,41 @@ import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
 
-from gigpo.trainer.batching import MicroBatch, TrainSample, collate, plan_micro_batches, unpad  # noqa: E402
+from gigpo.trainer.batching import Layout, MicroBatch, TrainSample, collate, plan_micro_batches, unpad  # noqa: E402
 from gigpo.trainer.losses import aggregate, entropy_from_logits, kl_k3, policy_loss, value_loss  # noqa: E402
 
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """How an engine is built and fed (from TrainerConfig/ModelConfig; see `settings_from_config`)."""
+    """How an engine is built and fed. Defaults live in gigpo.config: build with `settings_from_config`."""
 
-    zero_stage: int = 2
-    dtype: Literal["bf16", "fp32"] = "bf16"
-    gradient_checkpointing: bool = False
-    micro_token_budget: int = 16384
-    mini_batch_size: int = 256
-    ppo_epochs: int = 1
-    lr: float = 1e-6
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    grad_clip: float = 1.0
-    seed: int = 0
-    temperature: float = 1.0
+    zero_stage: int
+    dtype: Literal["bf16", "fp32"]
+    gradient_checkpointing: bool
+    micro_token_budget: int
+    mini_batch_size: int
+    ppo_epochs: int
+    lr: float
+    weight_decay: float
+    warmup_steps: int
+    grad_clip: float
+    seed: int
+    temperature: float
     """Sampling temperature of the rollout: log-probs are those of logits / temperature."""
+    layout: Literal["auto", "packed", "padded"]
+    """Micro-batch layout (gigpo.trainer.batching); auto: packed with flash-attention, else padded."""
 
 
 @dataclass(frozen=True)
 class LossSettings:
-    """PPO-clip objective (from AlgorithmConfig)."""
+    """The PPO-clip objective (AlgorithmConfig)."""
 
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    kl_coef: float = 0.01
-    entropy_coef: float = 0.001
-    loss_agg: Literal["token-mean", "seq-mean"] = "token-mean"
-    value_clip: Optional[float] = 0.2
+    clip_low: float
+    clip_high: float
+    kl_coef: float
+    entropy_coef: float
+    loss_agg: Literal["token-mean", "seq-mean"]
+    value_clip: Optional[float]
     """Critic: PPO's clipped value loss around values_old (None: plain squared error)."""
 
 
@@ -69,9 +73,11 @@ def settings_from_config(config: Any, critic: bool = False) -> tuple[EngineSetti
         zero_stage=t.zero_stage, dtype=m.dtype, gradient_checkpointing=m.gradient_checkpointing,
         micro_token_budget=t.micro_token_budget, mini_batch_size=t.mini_batch_size, ppo_epochs=t.ppo_epochs,
         lr=t.critic_lr if critic else t.lr, weight_decay=t.weight_decay, warmup_steps=t.warmup_steps,
-        grad_clip=t.grad_clip, seed=t.seed, temperature=config.rollout.temperature or 1.0)
+        grad_clip=t.grad_clip, seed=t.seed,
+        temperature=config.rollout.temperature or 1.0,  # greedy rollouts (0): score the plain distribution
+        layout=t.layout)
     loss = LossSettings(clip_low=a.clip_low, clip_high=a.clip_high, kl_coef=a.kl_coef,
-                        entropy_coef=a.entropy_coef, loss_agg=a.loss_agg)
+                        entropy_coef=a.entropy_coef, loss_agg=a.loss_agg, value_clip=a.value_clip)
     return engine, loss
 
 
@@ -128,11 +134,17 @@ def _load_hf(model_path: str, s: EngineSettings, ds_config: dict[str, Any], valu
     return model
 
 
-class _PackedModel:
-    """Shared by all engines: micro-batched forwards over packed samples, spread over ranks."""
+def _device() -> torch.device:
+    """This rank's device: the CPU here, cuda:LOCAL_RANK on GPUs."""
+    return torch.device(deepspeed.get_accelerator().current_device_name())
+
+
+class _MicroBatchedModel:
+    """Shared by all engines: micro-batched forwards over samples, spread over ranks."""
 
     settings: EngineSettings
     info: RankInfo
+    layout: Layout = "padded"
 
     def _module(self) -> torch.nn.Module:
         raise NotImplementedError
@@ -140,9 +152,22 @@ class _PackedModel:
     def _call(self, mb: MicroBatch) -> Tensor:
         raise NotImplementedError
 
+    def _choose_layout(self, model: torch.nn.Module) -> None:
+        """Resolve layout=auto: packing pays only with a varlen attention kernel (flash-attention)."""
+        if self.settings.layout != "auto":
+            self.layout = self.settings.layout
+            return
+        attention = str(getattr(model.config, "_attn_implementation", "") or "")
+        self.layout = "packed" if "flash" in attention else "padded"
+
+    def _collate(self, samples: Sequence[TrainSample], indices: list[int], dummy: bool) -> MicroBatch:
+        """Lay out on the CPU, then move to this rank's accelerator (a no-op on CPU)."""
+        return collate(samples, indices, dummy, self.layout).to(_device())
+
     def _plan(self, samples: Sequence[TrainSample]) -> list[tuple[list[int], bool]]:
         lengths = [len(s) for s in samples]
-        return plan_micro_batches(lengths, self.settings.micro_token_budget, self.info.world_size)[self.info.rank]
+        plan = plan_micro_batches(lengths, self.settings.micro_token_budget, self.info.world_size, self.layout)
+        return plan[self.info.rank]
 
     def _gather_results(self, samples: Sequence[TrainSample], local: dict[int, Any]) -> list[Any]:
         merged: dict[int, Any] = {}
@@ -151,21 +176,23 @@ class _PackedModel:
         return [merged[i] for i in range(len(samples))]
 
 
-class _PolicyForward(_PackedModel):
+class _PolicyForward(_MicroBatchedModel):
     def _call(self, mb: MicroBatch) -> Tensor:
-        """(n, Rmax, V) float32 logits (temperature-scaled) at the positions predicting response tokens."""
-        out = self._forward(input_ids=mb.input_ids, position_ids=mb.position_ids,
-                            logits_to_keep=mb.keep_positions, use_cache=False)
-        logits = out.logits[0].float() / self.settings.temperature  # (K, V)
-        return logits[mb.gather_index]
+        """(B * kept, V) float32 logits (temperature-scaled) at the kept positions of every row."""
+        out = self._forward(input_ids=mb.input_ids, position_ids=mb.position_ids, attention_mask=mb.attention_mask,
+                            logits_to_keep=mb.logits_to_keep, use_cache=False)
+        logits = out.logits.float() / self.settings.temperature  # (B, kept, V)
+        return logits.reshape(-1, logits.shape[-1])
 
     def _forward(self, **kwargs):
         return self._module()(**kwargs)
 
     def _logp_entropy(self, mb: MicroBatch, with_entropy: bool) -> tuple[Tensor, Optional[Tensor]]:
-        logits = self._call(mb)
-        logp = torch.log_softmax(logits, -1).gather(-1, mb.targets.unsqueeze(-1)).squeeze(-1)  # (n, Rmax)
-        return logp, (entropy_from_logits(logits) if with_entropy else None)
+        """(n, Rmax) log-probs of the response tokens (and entropies), from the kept positions only."""
+        logits = self._call(mb)  # (B * kept, V)
+        logp = torch.log_softmax(logits, -1).gather(-1, mb.kept_targets.unsqueeze(-1)).squeeze(-1)
+        entropy = entropy_from_logits(logits)[mb.kept_index] if with_entropy else None
+        return logp[mb.kept_index], entropy
 
     @torch.no_grad()
     def compute_log_probs(self, samples: Sequence[TrainSample], with_entropy: bool = False
@@ -173,7 +200,7 @@ class _PolicyForward(_PackedModel):
         """Per-sample (R,) float32 log-probs of the response tokens (and their entropies)."""
         local: dict[int, Any] = {}
         for indices, dummy in self._plan(samples):
-            mb = collate(samples, indices, dummy)
+            mb = self._collate(samples, indices, dummy)
             logp, ent = self._logp_entropy(mb, with_entropy)
             if dummy:
                 continue
@@ -188,6 +215,22 @@ class _PolicyForward(_PackedModel):
         return logps
 
 
+class NonFiniteError(FloatingPointError):
+    """NaN or inf in a training input or loss; raised on every rank at once."""
+
+
+def check_finite(samples: Sequence[TrainSample]) -> None:
+    """Reject NaN/inf advantages, log-probs, returns or values, naming the sample and field."""
+    for i, sample in enumerate(samples):
+        for name in ("advantage", "logp_old", "logp_ref", "returns", "values_old"):
+            value = getattr(sample, name)
+            if value is None:
+                continue
+            ok = math.isfinite(value) if isinstance(value, (int, float)) else bool(torch.isfinite(value).all())
+            if not ok:
+                raise NonFiniteError(f"sample {i} has a NaN/inf {name}; fix it before update()")
+
+
 def _minibatches(n: int, size: int, epochs: int, seed: int) -> Iterator[list[int]]:
     """Shuffled mini-batches of sample indices; identical on every rank (same seed)."""
     rng = random.Random(seed)
@@ -198,7 +241,7 @@ def _minibatches(n: int, size: int, epochs: int, seed: int) -> Iterator[list[int
             yield order[start:start + size]
 
 
-class _TrainedEngine(_PackedModel):
+class _TrainedEngine(_MicroBatchedModel):
     """Holds a deepspeed engine with an optimizer; runs accumulation, clipping and the step."""
 
     engine: Any
@@ -215,29 +258,40 @@ class _TrainedEngine(_PackedModel):
         """Train on `samples`: ppo_epochs x mini-batches of mini_batch_size, each one optimizer step."""
         if not samples:
             raise ValueError("update() got no samples")
+        check_finite(samples)
         s, world = self.settings, self.info.world_size
         self.engine.train()
         sums: dict[str, float] = defaultdict(float)
-        steps, grad_norms, micro, packed, budget_used = 0, [], 0, 0, 0
+        steps, grad_norms, micro, packed, real, budget_used = 0, [], 0, 0, 0, 0
         for mini in _minibatches(len(samples), s.mini_batch_size, s.ppo_epochs, s.seed * 1_000_003 + self.updates):
             subset = [samples[i] for i in mini]
             tokens = sum(len(x.response_ids) for x in subset)
             denominator = float(tokens if self._loss_agg() == "token-mean" else len(subset))
+            finite = True
             for indices, dummy in self._plan(subset):
-                mb = collate(subset, indices, dummy)
+                mb = self._collate(subset, indices, dummy)
                 loss, parts = self._micro_loss(mb, denominator)
                 # DeepSpeed averages gradients over ranks; each rank holds a share of the mini-batch sum.
                 self.engine.backward(loss * (0.0 if dummy else float(world)))
                 micro += 1
+                finite = finite and math.isfinite(loss.item())
                 if not dummy:
                     packed += mb.num_tokens
+                    real += mb.num_real_tokens
                     budget_used += s.micro_token_budget
                     for key, value in parts.items():
                         sums[key] += value
+            if any_rank(not finite):  # every rank decides together, before the step touches the weights
+                raise NonFiniteError(f"{self._prefix} loss is NaN/inf in optimizer step {steps + 1} of this update; "
+                                     "the step was not applied, so the weights are those before it")
             lr = float(self.engine.get_lr()[0])  # what this step uses; the scheduler moves it after
             self.engine.step()
             steps += 1
             norm = self.engine.get_global_grad_norm()
+            if not self.engine.was_step_applied() or (norm is not None and not math.isfinite(float(norm))):
+                # ZeRO 1-3 and bf16 skip a step whose gradients overflow; plain ZeRO-0 fp32 would not
+                raise NonFiniteError(f"{self._prefix} gradients are NaN/inf in optimizer step {steps} of this update "
+                                     f"(grad norm {norm}); DeepSpeed skipped the step")
             if norm is not None:
                 grad_norms.append(float(norm))
         self.updates += 1
@@ -246,14 +300,13 @@ class _TrainedEngine(_PackedModel):
             for key, value in part.items():
                 totals[key] += value
         metrics = {key: value / steps for key, value in totals.items()}  # mean over optimizer steps
-        counts = all_gather_objects((micro, packed, budget_used))
+        counts = all_gather_objects((micro, packed, budget_used, real))
         metrics.update({
             f"{self._prefix}/grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else float("nan"),
             f"{self._prefix}/lr": lr,
             f"{self._prefix}/optimizer_steps": float(steps),
             "perf/micro_batches": float(sum(c[0] for c in counts)),
-            # packing concatenates samples, so no token is padding; fill = share of the budget used
-            "perf/pad_share": 0.0,
+            "perf/pad_share": 1.0 - sum(c[3] for c in counts) / max(1, sum(c[1] for c in counts)),
             "perf/budget_fill": sum(c[1] for c in counts) / max(1, sum(c[2] for c in counts)),
         })
         return metrics
@@ -285,6 +338,7 @@ class ActorEngine(_TrainedEngine, _PolicyForward):
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings)
         model = _load_hf(model_path, settings, self.ds_config, value_head=False)
+        self._choose_layout(model)
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config,
                                                lr_scheduler=warmup_schedule(settings.warmup_steps))
 
@@ -376,12 +430,13 @@ class ReferenceModel(_PolicyForward):
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings, train=False)
         model = _load_hf(model_path, settings, self.ds_config, value_head=False)
+        self._choose_layout(model)
         model.requires_grad_(False)
         if settings.zero_stage == 3:  # loaded partitioned (HfDeepSpeedConfig): only an engine can run it
             self.module, *_ = deepspeed.initialize(model=model, config=self.ds_config)
         else:
             dtype = torch.bfloat16 if settings.dtype == "bf16" else torch.float32
-            self.module = model.to(dtype)
+            self.module = model.to(device=_device(), dtype=dtype)
         self.module.eval()
 
     def _module(self) -> torch.nn.Module:
@@ -401,6 +456,7 @@ class CriticEngine(_TrainedEngine):
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings)
         model = _load_hf(model_path, settings, self.ds_config, value_head=True)
+        self._choose_layout(model)
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config,
                                                lr_scheduler=warmup_schedule(settings.warmup_steps))
 
@@ -408,16 +464,17 @@ class CriticEngine(_TrainedEngine):
         return "token-mean"
 
     def _call(self, mb: MicroBatch) -> Tensor:
-        out = self.engine(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
-        values = out.logits[0, :, 0].float()  # (L,)
-        return values[mb.keep_positions][mb.gather_index]  # (n, Rmax)
+        out = self.engine(input_ids=mb.input_ids, position_ids=mb.position_ids, attention_mask=mb.attention_mask,
+                          use_cache=False)
+        values = out.logits[..., 0].float().reshape(-1)  # (B * W,)
+        return values[mb.predict_index]  # (n, Rmax)
 
     @torch.no_grad()
     def compute_values(self, samples: Sequence[TrainSample]) -> list[Tensor]:
         """Per-sample (R,) values of the states before each response token."""
         local: dict[int, Tensor] = {}
         for indices, dummy in self._plan(samples):
-            mb = collate(samples, indices, dummy)
+            mb = self._collate(samples, indices, dummy)
             values = self._call(mb)
             if not dummy:
                 local.update(zip(indices, unpad(values, mb.mask)))

@@ -6,8 +6,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gigpo.trainer.batching import (TokenBudgetError, TrainSample, check_token_budget, collate, pack_by_budget,
-                                    plan_micro_batches, unpad)
+from gigpo.trainer.batching import (TokenBudgetError, TrainSample, bucket_by_length, check_token_budget, collate,
+                                    pack_by_budget, plan_micro_batches, unpad)
 
 
 def _sample(p: int, r: int, base: int = 10) -> TrainSample:
@@ -24,10 +24,11 @@ def test_bins_respect_budget_and_cover_every_sample_once(lengths, budget):
     assert sum(1 for b in bins if 2 * sum(lengths[i] for i in b) <= budget) <= 1
 
 
-@given(st.lists(st.integers(1, 50), min_size=1, max_size=30), st.integers(50, 100), st.integers(1, 4))
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=30), st.integers(50, 100), st.integers(1, 4),
+       st.sampled_from(["packed", "padded"]))
 @settings(max_examples=60, deadline=None)
-def test_plan_gives_every_rank_the_same_count(lengths, budget, world):
-    plan = plan_micro_batches(lengths, budget, world)
+def test_plan_gives_every_rank_the_same_count(lengths, budget, world, layout):
+    plan = plan_micro_batches(lengths, budget, world, layout)
     assert len(plan) == world and len({len(r) for r in plan}) == 1
     real = sorted(i for rank in plan for b, dummy in rank if not dummy for i in b)
     assert real == list(range(len(lengths)))
@@ -47,20 +48,48 @@ def test_oversized_sample_is_named_with_numbers():
     check_token_budget(2048, 512, 2560)
 
 
-def test_collate_layout_points_at_the_logits_that_predict_each_response_token():
+def test_packed_layout_points_at_the_logits_that_predict_each_response_token():
     a, b = _sample(3, 2, base=10), _sample(2, 3, base=50)
-    mb = collate([a, b], [0, 1])
+    mb = collate([a, b], [0, 1], layout="packed")
     assert mb.input_ids.tolist() == [a.prompt_ids + a.response_ids + b.prompt_ids + b.response_ids]
     assert mb.position_ids.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3, 4]]
+    assert mb.attention_mask is None
     # position t predicts token t+1: a's responses at 3,4 are predicted at 2,3; b's at 7,8,9 at 6,7,8
-    assert mb.keep_positions.tolist() == [2, 3, 6, 7, 8]
-    ids = mb.input_ids[0]
-    predicted = ids[mb.keep_positions + 1][mb.gather_index] * mb.mask.long()
-    assert torch.equal(predicted, mb.targets)
+    assert mb.logits_to_keep.tolist() == [2, 3, 6, 7, 8]
+    assert mb.predict_index.tolist() == [[2, 3, 0], [6, 7, 8]]
+    assert mb.kept_index.tolist() == [[0, 1, 0], [2, 3, 4]]
+    assert mb.kept_targets.tolist() == [110, 111, 150, 151, 152]
     assert mb.mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert mb.num_tokens == mb.num_real_tokens == 10
     assert mb.fields["advantage"].tolist() == [[0.5, 0.5, 0.0], [0.5, 0.5, 0.5]]
     assert "logp_old" not in mb.fields
-    assert [t.tolist() for t in unpad(mb.targets.float(), mb.mask)] == [[110.0, 111.0], [150.0, 151.0, 152.0]]
+    flat_ids = mb.input_ids.reshape(-1)
+    assert (flat_ids[mb.predict_index + 1] * mb.mask.long()).tolist() == [[110, 111, 0], [150, 151, 152]]
+
+
+def test_padded_layout_left_pads_so_responses_end_together():
+    a, b = _sample(3, 2, base=10), _sample(2, 1, base=50)
+    mb = collate([a, b], [0, 1], layout="padded")
+    assert mb.input_ids.tolist() == [a.prompt_ids + a.response_ids, [0, 0] + b.prompt_ids + b.response_ids]
+    assert mb.attention_mask.tolist() == [[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]]
+    assert mb.position_ids.tolist() == [[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]]
+    # keep the last max_R + 1 = 3 columns (2, 3, 4) of each row; column 4 predicts nothing
+    assert mb.logits_to_keep == 3
+    assert mb.kept_targets.tolist() == [110, 111, 0, 0, 150, 0]
+    assert mb.kept_index.tolist() == [[0, 1], [4, 0]]
+    assert (mb.kept_targets[mb.kept_index] * mb.mask.long()).tolist() == [[110, 111], [150, 0]]
+    flat_ids = mb.input_ids.reshape(-1)
+    assert (flat_ids[mb.predict_index + 1] * mb.mask.long()).tolist() == [[110, 111], [150, 0]]
+    assert (mb.num_real_tokens, mb.num_tokens) == (8, 10)
+    assert [t.tolist() for t in unpad(mb.fields["advantage"], mb.mask)] == [[0.5, 0.5], [0.5]]
+
+
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=40), st.integers(50, 120))
+@settings(max_examples=60, deadline=None)
+def test_padded_buckets_fit_the_budget_with_padding(lengths, budget):
+    bins = bucket_by_length(lengths, budget)
+    assert sorted(i for b in bins for i in b) == list(range(len(lengths)))
+    assert all(len(b) * max(lengths[i] for i in b) <= budget for b in bins)
 
 
 def test_sample_validation_names_the_field():

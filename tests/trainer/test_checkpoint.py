@@ -9,9 +9,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gigpo.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from gigpo.trainer.engines import ActorEngine, EngineSettings, LossSettings
+from gigpo.trainer.engines import ActorEngine
+from trainer_helpers import engine_settings, loss_settings
 
-SETTINGS = EngineSettings(zero_stage=2, dtype="fp32", micro_token_budget=512, mini_batch_size=6, lr=1e-3,
+SETTINGS = engine_settings(zero_stage=2, micro_token_budget=512, mini_batch_size=6, lr=1e-3,
                           warmup_steps=4)
 
 
@@ -36,7 +37,7 @@ def _optimizer_state(actor) -> dict[str, torch.Tensor]:
 
 def test_round_trip_restores_weights_optimizer_scheduler_rng_and_loop_state(tiny_model_dir, samples, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    actor = ActorEngine(str(tiny_model_dir), SETTINGS, LossSettings(kl_coef=0.0))
+    actor = ActorEngine(str(tiny_model_dir), SETTINGS, loss_settings(kl_coef=0.0))
     first = _train_once(actor, samples)
     assert first["actor/lr"] == pytest.approx(1e-3 / 4)  # warm-up step 1 of 4
     saved_weights = dict(actor.named_weights())
@@ -52,7 +53,7 @@ def test_round_trip_restores_weights_optimizer_scheduler_rng_and_loop_state(tiny
         torch.testing.assert_close(tensor, saved_weights[name])
     assert AutoTokenizer.from_pretrained(path / "hf").encode("go north") == tokenizer.encode("go north")
 
-    fresh = ActorEngine(str(tiny_model_dir), SETTINGS, LossSettings(kl_coef=0.0))
+    fresh = ActorEngine(str(tiny_model_dir), SETTINGS, loss_settings(kl_coef=0.0))
     _train_once(fresh, samples)  # two updates: weights, moments and LR all differ from the saved ones
     _train_once(fresh, samples)
     assert any(not torch.equal(t, saved_weights[n]) for n, t in fresh.named_weights())
@@ -90,7 +91,34 @@ def test_round_trip_restores_weights_optimizer_scheduler_rng_and_loop_state(tiny
 
 
 def test_loop_state_that_cannot_be_stored_fails_before_writing(tiny_model_dir, tmp_path):
-    actor = ActorEngine(str(tiny_model_dir), SETTINGS, LossSettings(kl_coef=0.0))
+    actor = ActorEngine(str(tiny_model_dir), SETTINGS, loss_settings(kl_coef=0.0))
     with pytest.raises(TypeError):
         save_checkpoint(tmp_path, 1, actor, loop_state={"bad": object()})
     assert latest_checkpoint(tmp_path) is None
+
+
+def test_critic_is_saved_and_restored_with_the_actor(tiny_model_dir, samples, tmp_path):
+    from gigpo.trainer.engines import CriticEngine
+
+    actor = ActorEngine(str(tiny_model_dir), SETTINGS, loss_settings(kl_coef=0.0))
+    critic_settings = engine_settings(micro_token_budget=512, mini_batch_size=6, lr=1e-3)
+
+    def trained_critic(updates: int) -> CriticEngine:
+        critic = CriticEngine(str(tiny_model_dir), critic_settings, loss_settings())
+        for s in samples:
+            s.returns = torch.ones(len(s.response_ids))
+        for _ in range(updates):
+            critic.update(samples)
+        return critic
+
+    critic = trained_critic(1)
+    saved = {n: p.detach().clone() for n, p in critic.engine.module.named_parameters()}
+    without = save_checkpoint(tmp_path / "a", 1, actor)
+    with_critic = save_checkpoint(tmp_path / "b", 1, actor, critic=critic)
+    other = trained_critic(2)
+    with pytest.raises(ValueError, match="has no critic"):
+        load_checkpoint(without, actor, other)
+    load_checkpoint(with_critic, actor, other)
+    for name, p in other.engine.module.named_parameters():
+        torch.testing.assert_close(p, saved[name])
+    assert other.updates == 1

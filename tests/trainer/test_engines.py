@@ -1,15 +1,18 @@
 """Real DeepSpeed engines (one rank, ZeRO-2, fp32) on the tiny local model."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from gigpo.trainer.engines import (ActorEngine, CriticEngine, EngineSettings, LossSettings, ReferenceModel)
+from gigpo.trainer.engines import ActorEngine, CriticEngine, NonFiniteError, ReferenceModel
 from gigpo.trainer.losses import entropy_from_logits
+from trainer_helpers import engine_settings, loss_settings
 
 # a budget of 48 tokens splits the samples over several micro-batches, most packing two or more
-SETTINGS = EngineSettings(zero_stage=2, dtype="fp32", micro_token_budget=48, mini_batch_size=3, lr=1e-3,
+SETTINGS = engine_settings(zero_stage=2, micro_token_budget=48, mini_batch_size=3, lr=1e-3,
                           grad_clip=1e6)
 
 
@@ -26,7 +29,7 @@ def hf_reference(model, sample, temperature=1.0):
 
 @pytest.fixture(scope="module")
 def actor(tiny_model_dir):
-    return ActorEngine(str(tiny_model_dir), SETTINGS, LossSettings(kl_coef=0.0, entropy_coef=0.0))
+    return ActorEngine(str(tiny_model_dir), SETTINGS, loss_settings(kl_coef=0.0, entropy_coef=0.0))
 
 
 @pytest.fixture(scope="module")
@@ -34,22 +37,24 @@ def hf_model(tiny_model_dir):
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
 
 
-def test_packed_log_probs_equal_plain_hf_forward(tiny_model_dir, hf_model, samples):
+@pytest.mark.parametrize("layout", ["packed", "padded"])
+def test_log_probs_equal_plain_hf_forward(tiny_model_dir, hf_model, samples, layout):
     # a fresh reference model: the actor fixture may have been updated by other tests
-    ref = ReferenceModel(str(tiny_model_dir), SETTINGS)
+    ref = ReferenceModel(str(tiny_model_dir), dataclasses.replace(SETTINGS, layout=layout))
+    assert ref.layout == layout
     logps, entropies = ref.compute_log_probs(samples, with_entropy=True)
     for sample, logp, ent in zip(samples, logps, entropies):
         want_logp, want_ent = hf_reference(hf_model, sample)
         assert logp.shape == (len(sample.response_ids),)
         torch.testing.assert_close(logp, want_logp, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(ent, want_ent, atol=1e-5, rtol=1e-5)
-    hot = ReferenceModel(str(tiny_model_dir), EngineSettings(dtype="fp32", micro_token_budget=48, temperature=0.7))
+    hot = ReferenceModel(str(tiny_model_dir), engine_settings(micro_token_budget=48, temperature=0.7, layout=layout))
     torch.testing.assert_close(hot.compute_log_probs(samples[:1])[0], hf_reference(hf_model, samples[0], 0.7)[0],
                                atol=1e-5, rtol=1e-5)
 
 
 def test_actor_log_probs_match_hf_before_training(tiny_model_dir, hf_model, samples):
-    fresh = ActorEngine(str(tiny_model_dir), SETTINGS, LossSettings())
+    fresh = ActorEngine(str(tiny_model_dir), SETTINGS, loss_settings())
     for sample, logp in zip(samples, fresh.compute_log_probs(samples)):
         torch.testing.assert_close(logp, hf_reference(hf_model, sample)[0], atol=1e-5, rtol=1e-5)
 
@@ -72,7 +77,7 @@ def test_update_moves_log_probs_with_the_advantage_sign(actor, samples):
 
 
 def test_update_requires_old_and_ref_log_probs(tiny_model_dir, samples):
-    kl_actor = ActorEngine(str(tiny_model_dir), SETTINGS, LossSettings(kl_coef=0.1))
+    kl_actor = ActorEngine(str(tiny_model_dir), SETTINGS, loss_settings(kl_coef=0.1))
     with pytest.raises(ValueError, match="logp_old"):
         kl_actor.update(samples)
     for s, lp in zip(samples, kl_actor.compute_log_probs(samples)):
@@ -81,15 +86,16 @@ def test_update_requires_old_and_ref_log_probs(tiny_model_dir, samples):
         kl_actor.update(samples)
 
 
-def test_micro_batching_does_not_change_the_gradient(tiny_model_dir, samples):
+@pytest.mark.parametrize("layout", ["packed", "padded"])
+def test_micro_batching_does_not_change_the_gradient(tiny_model_dir, samples, layout):
     """One micro-batch per mini-batch and many give the same grad norm and the same weights."""
     for s in samples:
         s.advantage = float(len(s.response_ids) % 3 - 1)
     results = []
     for budget in (48, 512):
-        settings = EngineSettings(zero_stage=2, dtype="fp32", micro_token_budget=budget, mini_batch_size=6,
-                                  lr=1e-3, grad_clip=1e6)
-        engine = ActorEngine(str(tiny_model_dir), settings, LossSettings(kl_coef=0.0, entropy_coef=0.01,
+        settings = engine_settings(zero_stage=2, micro_token_budget=budget, mini_batch_size=6,
+                                   lr=1e-3, grad_clip=1e6, layout=layout)
+        engine = ActorEngine(str(tiny_model_dir), settings, loss_settings(kl_coef=0.0, entropy_coef=0.01,
                                                                           loss_agg="seq-mean"))
         for s, lp in zip(samples, engine.compute_log_probs(samples)):
             s.logp_old = lp
@@ -118,10 +124,18 @@ def test_named_weights_are_the_full_hf_weights(actor):
 
 
 def test_critic_learns_the_returns(tiny_model_dir, samples):
-    critic = CriticEngine(str(tiny_model_dir), EngineSettings(zero_stage=2, dtype="fp32", micro_token_budget=48,
-                                                              mini_batch_size=6, lr=1e-3), LossSettings())
+    critic = CriticEngine(str(tiny_model_dir), engine_settings(zero_stage=2, micro_token_budget=48,
+                                                              mini_batch_size=6, lr=1e-3), loss_settings())
     values = critic.compute_values(samples)
     assert [v.shape[0] for v in values] == [len(s.response_ids) for s in samples]
+    module = critic.engine.module
+    for layout in ("padded", "packed"):  # both read the value where the policy predicts each token
+        critic.layout = layout
+        for s, v in zip(samples, critic.compute_values(samples)):
+            with torch.no_grad():
+                plain = module(input_ids=torch.tensor([s.prompt_ids + s.response_ids])).logits[0, :, 0]
+            p = len(s.prompt_ids)
+            torch.testing.assert_close(v, plain[p - 1:p - 1 + len(s.response_ids)], atol=1e-5, rtol=1e-5)
     for s, v in zip(samples, values):
         s.returns = torch.full_like(v, 1.0)
         s.values_old = None
@@ -133,8 +147,8 @@ def test_critic_learns_the_returns(tiny_model_dir, samples):
 
 def test_zero3_gathers_full_weights_and_matches_hf(tiny_model_dir, hf_model, samples):
     """ZeRO-3 (one rank): loaded partitioned, yet log-probs and gathered weights are the model's."""
-    settings = EngineSettings(zero_stage=3, dtype="fp32", micro_token_budget=48, mini_batch_size=6)
-    zero3 = ActorEngine(str(tiny_model_dir), settings, LossSettings(kl_coef=0.0))
+    settings = engine_settings(zero_stage=3, micro_token_budget=48, mini_batch_size=6)
+    zero3 = ActorEngine(str(tiny_model_dir), settings, loss_settings(kl_coef=0.0))
     assert any(p.numel() == 0 for p in zero3.hf_module().parameters())  # really partitioned
     for sample, logp in zip(samples, zero3.compute_log_probs(samples)):
         torch.testing.assert_close(logp, hf_reference(hf_model, sample)[0], atol=1e-5, rtol=1e-5)
@@ -144,3 +158,24 @@ def test_zero3_gathers_full_weights_and_matches_hf(tiny_model_dir, hf_model, sam
     # the partitioning hook is gone after loading: other models in this process load whole
     again = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     assert all(p.numel() > 0 for p in again.parameters())
+
+
+def test_non_finite_inputs_and_losses_stop_before_the_weights_change(actor, samples):
+    for s, lp in zip(samples, actor.compute_log_probs(samples)):
+        s.logp_old, s.advantage = lp, 1.0
+    samples[2].advantage = float("nan")
+    with pytest.raises(NonFiniteError, match="sample 2 has a NaN/inf advantage"):
+        actor.update(samples)
+    samples[2].advantage = 1.0
+    for s in samples:  # every mini-batch goes wrong in its first step: ratio exp(huge) = inf
+        s.logp_old = torch.full_like(s.logp_old, -1e30)
+    before = dict(actor.named_weights())
+    # A > 0: the clipped term keeps the loss finite, but the gradient is inf * 0 = NaN
+    with pytest.raises(NonFiniteError, match="gradients are NaN/inf in optimizer step 1"):
+        actor.update(samples)
+    for s in samples:
+        s.advantage = -1.0  # A < 0: min(-inf, ...) makes the loss itself infinite
+    with pytest.raises(NonFiniteError, match="loss is NaN/inf in optimizer step 1"):
+        actor.update(samples)
+    for name, tensor in actor.named_weights():
+        assert torch.equal(tensor, before[name]), f"{name} changed despite the non-finite loss"

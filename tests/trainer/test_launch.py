@@ -55,3 +55,15 @@ def test_relaunch_only_when_more_than_one_rank_and_not_yet_launched(monkeypatch)
     assert cmd[-4:] == ["--module", "gigpo.cli", "train", "r.yaml"]
     assert ["--num_gpus", "2"] == cmd[cmd.index("--num_gpus"):cmd.index("--num_gpus") + 2]
     assert "--no_local_rank" in cmd
+
+
+def test_relaunch_runs_the_cli_module_as_ranks(tmp_path, monkeypatch, capfd):
+    """`gigpo train` relaunches itself this way; `gigpo config` stands in for it (no engines, fast)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model:\n  init: tiny\ntrainer:\n  nprocs: 2\n")
+    assert relaunch_if_needed(["config", str(recipe), "trainer.lr=3.5e-7"], nprocs=2) == 0
+    out = capfd.readouterr().out
+    assert out.count("lr: 3.5e-07") == 2  # each rank printed the resolved recipe

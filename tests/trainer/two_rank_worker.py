@@ -1,10 +1,12 @@
 """One rank of the 2-rank test (tests/trainer/test_launch.py), started by DeepSpeed's launcher.
 
 Rank 0 alone makes the batch and broadcasts it, as the loop does; both ranks compute log-probs,
-update (ZeRO-2), compare their weights and save a checkpoint together. Rank 0 writes result.json.
+update (ZeRO-2; an optional third argument picks another stage), compare their weights and save
+a checkpoint together. Rank 0 writes result.json.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sys
@@ -14,21 +16,21 @@ import torch
 
 from gigpo.trainer.checkpoint import latest_checkpoint, save_checkpoint
 from gigpo.trainer.distributed import all_gather_objects, broadcast_object, init_distributed, shutdown_distributed
-from gigpo.trainer.engines import ActorEngine, EngineSettings, LossSettings
+from gigpo.trainer.engines import ActorEngine
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import make_samples  # noqa: E402
+from trainer_helpers import engine_settings, loss_settings, make_samples  # noqa: E402
 
-SETTINGS = EngineSettings(zero_stage=2, dtype="fp32", micro_token_budget=48, mini_batch_size=6, lr=1e-3,
+SETTINGS = engine_settings(zero_stage=2, micro_token_budget=48, mini_batch_size=6, lr=1e-3,
                           grad_clip=1e6)
-LOSS = LossSettings(kl_coef=0.0, entropy_coef=0.0)
+LOSS = loss_settings(kl_coef=0.0, entropy_coef=0.0)
 ADVANTAGES = [1.0, 0.0, 0.5, -1.0, 0.0, -0.5]
 
 
-def main(model_dir: str, out_dir: str) -> None:
+def main(model_dir: str, out_dir: str, zero_stage: int = SETTINGS.zero_stage) -> None:
     info = init_distributed()
     samples = broadcast_object(make_samples() if info.is_main else None)
-    actor = ActorEngine(model_dir, SETTINGS, LOSS)
+    actor = ActorEngine(model_dir, dataclasses.replace(SETTINGS, zero_stage=zero_stage), LOSS)
     before = actor.compute_log_probs(samples)
     for s, lp, adv in zip(samples, before, ADVANTAGES):
         s.logp_old, s.advantage = lp, adv
@@ -50,4 +52,4 @@ def main(model_dir: str, out_dir: str) -> None:
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:]))
