@@ -77,6 +77,7 @@ def make_generator(
     max_num_seqs: int = 256,
     max_model_len: Optional[int] = None,
     enforce_eager: bool = False,
+    weight_sync: str = "shm",
     request_timeout_s: float = 300.0,
     server_urls: Iterable[str] = (),
     num_servers: int = 1,
@@ -90,7 +91,8 @@ def make_generator(
     engine_args = dict(dtype=dtype, seed=seed, kv_cache_gb=kv_cache_gb,
                        gpu_memory_utilization=gpu_memory_utilization,
                        enable_prefix_caching=enable_prefix_caching, max_num_seqs=max_num_seqs,
-                       max_model_len=max_model_len, enforce_eager=enforce_eager)
+                       max_model_len=max_model_len, enforce_eager=enforce_eager,
+                       weight_sync=weight_sync)
     if backend == "vllm":
         from gigpo.rollout.vllm_backend import VLLMGenerator
 
@@ -110,6 +112,7 @@ def generator_from_config(rollout: "RolloutConfig", model_path: str, dtype: str,
         gpu_memory_utilization=rollout.gpu_memory_utilization,
         enable_prefix_caching=rollout.enable_prefix_caching, max_num_seqs=rollout.max_num_seqs,
         max_model_len=rollout.max_prompt_tokens + rollout.max_new_tokens, enforce_eager=rollout.enforce_eager,
+        weight_sync=rollout.weight_sync,
         request_timeout_s=rollout.request_timeout_s, server_urls=rollout.server_urls,
         num_servers=rollout.num_servers,
     )

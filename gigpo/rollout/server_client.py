@@ -82,6 +82,7 @@ class ServerGenerator(Generator):
         self.weights_path: Optional[Path] = None
         """The current weights, kept so a restarted server can be re-synced."""
         self.servers: list[Server] = []
+        self._nccl_senders: dict[str, Any] = {}
         self.pool = ThreadPoolExecutor(max_workers=max(4, 2 * max(num_servers, len(list(urls)) or 1)))
         urls = [u.rstrip("/") for u in urls]
         try:
@@ -112,6 +113,8 @@ class ServerGenerator(Generator):
             cmd += ["--max-model-len", str(a["max_model_len"])]
         if a.get("enforce_eager"):
             cmd.append("--enforce-eager")
+        if a.get("weight_sync", "shm") != "shm":
+            cmd += ["--weight-sync", a["weight_sync"]]
         env = dict(os.environ)
         if self.token:
             env["GIGPO_SERVER_TOKEN"] = self.token
@@ -271,6 +274,9 @@ class ServerGenerator(Generator):
         The file stays until the next sync so a restarted server can load it; servers on another
         machine cannot read it (use the GPU/NCCL path there, see docs/generation.md)."""
         check_version(version, self.version)
+        if self.engine_args.get("weight_sync", "shm") == "nccl":
+            self._send_nccl(list(named_tensors), version)
+            return
         path = write_weights_file(full_state_dict(named_tensors, dtype=self.torch_dtype))
         previous, self.weights_path, self._version = self.weights_path, path, version
         if previous is not None:
@@ -285,13 +291,31 @@ class ServerGenerator(Generator):
                 logger.warning("server %s failed during weight sync (%s); restarting", server.url, exc)
                 self._restart(server)
 
-    def _post_weights(self, server: Server, path: Path, version: int) -> None:
+    def _send_nccl(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
+        """GPU path (not run here): one NCCL group per server; a restart needs a new group."""
+        from gigpo.rollout.nccl_sync import HTTPClient, NCCLWeightSender
+
+        for server in self.servers:
+            sender = self._nccl_senders.get(server.url)
+            if sender is None:
+                client = HTTPClient(server.url, self.token, self.request_timeout_s)
+                sender = NCCLWeightSender(client, master_address="127.0.0.1", master_port=free_port(),
+                                          num_workers=1, tied_lm_head=True)
+                self._nccl_senders[server.url] = sender
+            sender.send(named_tensors)
+            self._post(server, "weight_transfer/commit", {"version": version})
+        self._version = version
+
+    def _post(self, server: Server, route: str, body: dict) -> None:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        resp = requests.post(f"{server.url}/update_weights", json={"path": str(path), "version": version},
-                             headers=headers, timeout=(HEALTH_TIMEOUT_S, self.request_timeout_s))
+        resp = requests.post(f"{server.url}/{route}", json=body, headers=headers,
+                             timeout=(HEALTH_TIMEOUT_S, self.request_timeout_s))
         if resp.status_code in (400, 401):
-            raise ServerError(f"server {server.url} refused weights version {version}: {resp.json().get('detail')}")
+            raise ServerError(f"server {server.url} refused {route}: {resp.json().get('detail')}")
         resp.raise_for_status()
+
+    def _post_weights(self, server: Server, path: Path, version: int) -> None:
+        self._post(server, "update_weights", {"path": str(path), "version": version})
 
     def close(self) -> None:
         for server in self.servers:

@@ -69,3 +69,18 @@ def test_verification_catches_a_broken_sync(vllm_generator, trained, fault):
         setattr(vllm_generator, fault, False)
     gap = sync_weights(vllm_generator, model, vllm_generator.version + 1, verifier)
     assert gap < 2e-3
+
+
+def test_stop_token_ids_end_completions_like_hf(vllm_generator, trained):
+    """An extra end token stops both backends at the same place, kept in the output, reason "stop"."""
+    model, hf = trained
+    hf.update_weights(model.named_parameters(), vllm_generator.version)  # vllm_generator has the model's weights
+    prompts = sample_prompts(3, seed=12)
+    free_run = hf.generate(prompts, GREEDY)
+    stop_id = free_run[0].token_ids[3]
+    settings = SamplingSettings(temperature=0, max_new_tokens=16, stop_token_ids=(stop_id,))
+    hf_out, vllm_out = hf.generate(prompts, settings), vllm_generator.generate(prompts, settings)
+    assert [c.token_ids for c in vllm_out] == [c.token_ids for c in hf_out]
+    assert hf_out[0].token_ids[-1] == stop_id and len(hf_out[0].token_ids) <= 4
+    assert [c.finish_reason for c in vllm_out] == [c.finish_reason for c in hf_out]
+    assert vllm_out[0].finish_reason == "stop"
