@@ -38,11 +38,25 @@ def build_engine(model_path: str, *, dtype: str, seed: int, kv_cache_gb: float, 
     )
     if max_model_len is not None:
         kwargs["max_model_len"] = max_model_len
+    if _on_cpu():
+        # vLLM-CPU crashes ("CPU Generator does not use offset") when a seeded request's prompt is
+        # split over steps by chunked prefill; without chunking a step must fit a whole prompt.
+        if max_model_len is None:
+            from transformers import AutoConfig
+
+            max_model_len = AutoConfig.from_pretrained(model_path).max_position_embeddings
+        kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 4096))
     if weight_sync == "nccl":  # GPU only; not run on these machines
         kwargs["weight_transfer_config"] = {"backend": "nccl"}
     elif weight_sync != "shm":
         raise ValueError(f"weight_sync={weight_sync!r} is not supported; use shm (CPU or GPU, one machine) or nccl (GPU)")
     return LLM(**kwargs)
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
 
 
 class VLLMGenerator(Generator):
