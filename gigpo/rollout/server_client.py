@@ -98,6 +98,10 @@ class ServerGenerator(Generator):
             self.close()
             raise
 
+    @property
+    def num_replicas(self) -> int:
+        return len(self.servers)
+
     # ------------------------------------------------------------------ processes
     def _start_server(self, server: Optional[Server] = None) -> Server:
         port = free_port()

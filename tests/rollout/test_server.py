@@ -13,6 +13,7 @@ from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.server import check_exposure
 from gigpo.rollout.server_client import ServerError, ServerGenerator, free_port
 from gigpo.rollout.types import SamplingSettings
+from gigpo.rollout.verify import SyncVerifier
 
 from .conftest import GREEDY, load_trainer_model, perturb, sample_prompts
 
@@ -50,6 +51,7 @@ def test_server_sync_makes_greedy_equal_to_hf(served, trainer):
     assert [c.token_ids for c in synced] == expected
     assert {c.weight_version for c in synced} == {version}
     assert requests.get(f"{served.servers[0].url}/version", timeout=5).json() == {"version": version}
+    assert SyncVerifier(served, trainer[0].config.vocab_size, atol=2e-3).check(trainer[0]) < 2e-3
 
 
 def test_weight_update_needs_the_token(served):
