@@ -61,9 +61,12 @@ def create_app(generator: Any, token: Optional[str] = None):
 
     app = FastAPI(title="gigpo generation server")
     lock = threading.Lock()
+    broken: list[str] = []  # why the engine failed, once it has; /health then says so
 
     @app.get("/health")
     async def health() -> dict:
+        if broken:
+            raise HTTPException(status_code=503, detail=f"engine failed: {broken[0]}")
         return {"status": "ok", "version": generator.version}
 
     @app.get("/version")
@@ -79,6 +82,9 @@ def create_app(generator: Any, token: Optional[str] = None):
                 current = generator.version
         except (ValueError, TypeError) as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from exc
+        except Exception as exc:  # the engine itself failed: report unhealthy so a supervisor restarts us
+            broken.append(repr(exc))
+            raise
         return {"completions": [c.to_json() for c in completions], "version": current}
 
     def authorize(authorization: Optional[str]) -> None:

@@ -83,8 +83,8 @@ class ServerGenerator(Generator):
         """The current weights, kept so a restarted server can be re-synced."""
         self.servers: list[Server] = []
         self._nccl_senders: dict[str, Any] = {}
-        self.pool = ThreadPoolExecutor(max_workers=max(4, 2 * max(num_servers, len(list(urls)) or 1)))
         urls = [u.rstrip("/") for u in urls]
+        self.pool = ThreadPoolExecutor(max_workers=max(4, 2 * (len(urls) or num_servers)))
         try:
             if urls:
                 self.servers = [Server(u) for u in urls]
