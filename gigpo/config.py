@@ -71,7 +71,8 @@ class RolloutConfig(Section):
     enable_prefix_caching: bool = True
     max_num_seqs: int = Field(256, gt=0)
     enforce_eager: bool = False
-    """vLLM: skip torch.compile; starts ~10 s faster on CPU, generates slower."""
+    """vLLM: skip torch.compile, so the engine starts sooner (the tests use it); its effect on
+    generation speed was not measured here."""
     request_timeout_s: float = Field(300.0, gt=0)
     """vllm-server: longest a generate request may take before the server counts as stuck."""
 
