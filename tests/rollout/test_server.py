@@ -21,8 +21,8 @@ TOKEN = "test-token"
 
 
 @pytest.fixture(scope="module")
-def served(tiny_model_dir):
-    gen = ServerGenerator(str(tiny_model_dir), num_servers=1, token=TOKEN,
+def served(tiny_model_dir, tmp_path_factory):
+    gen = ServerGenerator(str(tiny_model_dir), num_servers=1, token=TOKEN, log_dir=str(tmp_path_factory.mktemp("serve")),
                           engine_args=dict(dtype="fp32", max_num_seqs=32, enforce_eager=True))
     yield gen
     gen.close()
