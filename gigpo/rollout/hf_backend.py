@@ -96,7 +96,7 @@ class HFGenerator(Generator):
     @torch.inference_mode()
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         check_version(version, self.version)
-        state = full_state_dict(named_tensors, dtype=self.model.dtype)
+        state = full_state_dict(named_tensors, bool(self.model.config.tie_word_embeddings), dtype=self.model.dtype)
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected:
             raise ValueError(f"update_weights got parameters this model does not have: {unexpected[:5]}")

@@ -27,7 +27,7 @@ import torch
 
 from gigpo.rollout.generator import Generator, check_version
 from gigpo.rollout.types import Completion, SamplingSettings
-from gigpo.rollout.weights import full_state_dict, write_weights_file
+from gigpo.rollout.weights import full_state_dict, ties_lm_head, write_weights_file
 
 HEALTH_TIMEOUT_S = 3.0
 HEALTH_EVERY_S = 2.0
@@ -83,6 +83,7 @@ class ServerGenerator(Generator):
         """The current weights, kept so a restarted server can be re-synced."""
         self.servers: list[Server] = []
         self._nccl_senders: dict[str, Any] = {}
+        self._tied: Optional[bool] = None
         urls = [u.rstrip("/") for u in urls]
         self.pool = ThreadPoolExecutor(max_workers=max(4, 2 * (len(urls) or num_servers)))
         try:
@@ -97,6 +98,11 @@ class ServerGenerator(Generator):
         except BaseException:
             self.close()
             raise
+
+    def _tied_lm_head(self) -> bool:
+        if self._tied is None:
+            self._tied = ties_lm_head(self.model_path)
+        return self._tied
 
     @property
     def num_replicas(self) -> int:
@@ -281,7 +287,7 @@ class ServerGenerator(Generator):
         if self.engine_args.get("weight_sync", "shm") == "nccl":
             self._send_nccl(list(named_tensors), version)
             return
-        path = write_weights_file(full_state_dict(named_tensors, dtype=self.torch_dtype))
+        path = write_weights_file(full_state_dict(named_tensors, self._tied_lm_head(), dtype=self.torch_dtype))
         previous, self.weights_path, self._version = self.weights_path, path, version
         if previous is not None:
             previous.unlink(missing_ok=True)
@@ -304,7 +310,7 @@ class ServerGenerator(Generator):
             if sender is None:
                 client = HTTPClient(server.url, self.token, self.request_timeout_s)
                 sender = NCCLWeightSender(client, master_address="127.0.0.1", master_port=free_port(),
-                                          num_workers=1, tied_lm_head=True)
+                                          num_workers=1, tied_lm_head=self._tied_lm_head())
                 self._nccl_senders[server.url] = sender
             sender.send(named_tensors)
             self._post(server, "weight_transfer/commit", {"version": version})

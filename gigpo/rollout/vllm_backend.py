@@ -77,6 +77,7 @@ class VLLMGenerator(Generator):
         self._nccl_sender: Any = None
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         self.torch_dtype = self.llm.llm_engine.model_config.dtype
+        self.tied_lm_head = bool(getattr(self.llm.llm_engine.model_config.hf_config, "tie_word_embeddings", False))
         # Test-only fault injection: the two steps a sync must not skip.
         self.fault_skip_prefix_reset = False
         self.fault_skip_lm_head = False
@@ -93,7 +94,7 @@ class VLLMGenerator(Generator):
             self._send_nccl(named_tensors)
             self.commit_version(version)
             return
-        path = write_weights_file(full_state_dict(named_tensors, dtype=self.torch_dtype))
+        path = write_weights_file(full_state_dict(named_tensors, self.tied_lm_head, dtype=self.torch_dtype))
         try:
             self.load_weights_file(path, version)
         finally:
@@ -119,11 +120,10 @@ class VLLMGenerator(Generator):
         from gigpo.rollout.server_client import free_port
 
         if self._nccl_sender is None:
-            hf_config = self.llm.llm_engine.model_config.hf_config
             self._nccl_sender = NCCLWeightSender(
                 EngineClient(self.llm), master_address="127.0.0.1", master_port=free_port(),
                 num_workers=self.llm.llm_engine.vllm_config.parallel_config.world_size,
-                tied_lm_head=bool(getattr(hf_config, "tie_word_embeddings", False)))
+                tied_lm_head=self.tied_lm_head)
         self._nccl_sender.send(named_tensors)
 
     def close(self) -> None:

@@ -13,14 +13,9 @@ from .conftest import GREEDY, load_trainer_model, perturb, sample_prompts
 
 @pytest.fixture(scope="module")
 def trained(vllm_generator, tiny_model_dir):
-    """Trainer model and HF reference, kept in step with the shared engine across this module."""
-    model = load_trainer_model(tiny_model_dir)
-    hf = HFGenerator(str(tiny_model_dir), dtype="fp32")
-    if vllm_generator.version:  # another module synced the shared engine already
-        hf.update_weights(model.named_parameters(), vllm_generator.version)
-        vllm_generator.update_weights(model.named_parameters(), vllm_generator.version + 1)
-        hf._version = vllm_generator.version
-    return model, hf
+    """Trainer model and HF reference for the shared engine (which starts from the same weights)."""
+    assert vllm_generator.version == 0
+    return load_trainer_model(tiny_model_dir), HFGenerator(str(tiny_model_dir), dtype="fp32")
 
 
 def test_sync_makes_greedy_equal_to_hf(vllm_generator, trained):
