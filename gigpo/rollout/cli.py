@@ -3,12 +3,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from gigpo.rollout.server import serve
+    from gigpo.rollout.server import check_exposure, serve
 
     token = args.token or os.environ.get("GIGPO_SERVER_TOKEN") or None
+    try:
+        check_exposure(args.host, token)
+    except ValueError as exc:
+        print(f"gigpo serve: {exc}", file=sys.stderr)
+        return 2
     engine_args = dict(dtype=args.dtype, seed=args.seed, kv_cache_gb=args.kv_cache_gb,
                        gpu_memory_utilization=args.gpu_memory_utilization,
                        enable_prefix_caching=not args.no_prefix_caching, max_num_seqs=args.max_num_seqs,
