@@ -58,6 +58,9 @@ class RolloutConfig(Section):
     stop: list[str] = Field(default_factory=list)
     verify_sync: bool = False
     """After every weight sync, compare generator and trainer log-probs on a probe sequence."""
+    weight_sync: Literal["shm", "nccl"] = "shm"
+    """How weights reach vLLM: a safetensors file in /dev/shm (one machine, CPU or GPU) or an NCCL
+    broadcast (GPU only; written against vLLM's weight-transfer API, not run on CPU machines)."""
     server_urls: list[str] = Field(default_factory=list)
     """vllm-server: connect to these servers instead of starting our own."""
     num_servers: int = Field(1, ge=1)
@@ -68,7 +71,8 @@ class RolloutConfig(Section):
     enable_prefix_caching: bool = True
     max_num_seqs: int = Field(256, gt=0)
     enforce_eager: bool = False
-    """vLLM: skip torch.compile; starts ~10 s faster on CPU, generates slower."""
+    """vLLM: skip torch.compile, so the engine starts sooner (the tests use it); its effect on
+    generation speed was not measured here."""
     request_timeout_s: float = Field(300.0, gt=0)
     """vllm-server: longest a generate request may take before the server counts as stuck."""
 

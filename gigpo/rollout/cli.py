@@ -3,16 +3,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from gigpo.rollout.server import serve
+    from gigpo.rollout.server import check_exposure, serve
 
     token = args.token or os.environ.get("GIGPO_SERVER_TOKEN") or None
+    try:
+        check_exposure(args.host, token)
+    except ValueError as exc:
+        print(f"gigpo serve: {exc}", file=sys.stderr)
+        return 2
     engine_args = dict(dtype=args.dtype, seed=args.seed, kv_cache_gb=args.kv_cache_gb,
                        gpu_memory_utilization=args.gpu_memory_utilization,
                        enable_prefix_caching=not args.no_prefix_caching, max_num_seqs=args.max_num_seqs,
-                       max_model_len=args.max_model_len, enforce_eager=args.enforce_eager)
+                       max_model_len=args.max_model_len, enforce_eager=args.enforce_eager,
+                       weight_sync=args.weight_sync)
     serve(args.model, args.host, args.port, token, engine_args)
     return 0
 
@@ -37,4 +44,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--enforce-eager", action="store_true", default=defaults.enforce_eager,
                    help="skip torch.compile (faster start, slower generation)")
+    p.add_argument("--weight-sync", default=defaults.weight_sync, choices=["shm", "nccl"],
+                   help="shm: trainer posts a /dev/shm safetensors path; nccl: GPU broadcast (not run on CPU)")
     p.set_defaults(func=_cmd_serve)

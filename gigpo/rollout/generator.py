@@ -7,16 +7,15 @@ produced it, and takes new weights as the trainer's named tensors (HF names, ful
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import Iterable, Optional
 
 import torch
 
+from gigpo.config import RolloutConfig
 from gigpo.rollout.types import Completion, SamplingSettings
 
-if TYPE_CHECKING:
-    from gigpo.config import RolloutConfig
-
 BACKENDS = ("hf", "vllm", "vllm-server")
+_DEFAULTS = RolloutConfig()  # the one home of every default below
 
 
 class Generator(abc.ABC):
@@ -29,6 +28,11 @@ class Generator(abc.ABC):
     def version(self) -> int:
         """Weight version of the last sync (0: the weights loaded from the model directory)."""
         return self._version
+
+    @property
+    def num_replicas(self) -> int:
+        """Independent engines behind this generator (each must be verified after a sync)."""
+        return 1
 
     @abc.abstractmethod
     def generate(self, prompts: list[list[int]], settings: SamplingSettings) -> list[Completion]:
@@ -71,15 +75,16 @@ def make_generator(
     *,
     dtype: str = "bf16",
     seed: int = 0,
-    kv_cache_gb: float = 1.0,
-    gpu_memory_utilization: float = 0.5,
-    enable_prefix_caching: bool = True,
-    max_num_seqs: int = 256,
+    kv_cache_gb: float = _DEFAULTS.kv_cache_gb,
+    gpu_memory_utilization: float = _DEFAULTS.gpu_memory_utilization,
+    enable_prefix_caching: bool = _DEFAULTS.enable_prefix_caching,
+    max_num_seqs: int = _DEFAULTS.max_num_seqs,
     max_model_len: Optional[int] = None,
-    enforce_eager: bool = False,
-    request_timeout_s: float = 300.0,
+    enforce_eager: bool = _DEFAULTS.enforce_eager,
+    weight_sync: str = _DEFAULTS.weight_sync,
+    request_timeout_s: float = _DEFAULTS.request_timeout_s,
     server_urls: Iterable[str] = (),
-    num_servers: int = 1,
+    num_servers: int = _DEFAULTS.num_servers,
     server_token: Optional[str] = None,
 ) -> Generator:
     """Build the generator for `backend` ("hf", "vllm" or "vllm-server") on the model at `model_path`."""
@@ -90,7 +95,8 @@ def make_generator(
     engine_args = dict(dtype=dtype, seed=seed, kv_cache_gb=kv_cache_gb,
                        gpu_memory_utilization=gpu_memory_utilization,
                        enable_prefix_caching=enable_prefix_caching, max_num_seqs=max_num_seqs,
-                       max_model_len=max_model_len, enforce_eager=enforce_eager)
+                       max_model_len=max_model_len, enforce_eager=enforce_eager,
+                       weight_sync=weight_sync)
     if backend == "vllm":
         from gigpo.rollout.vllm_backend import VLLMGenerator
 
@@ -103,13 +109,14 @@ def make_generator(
     raise ValueError(f"unknown rollout backend {backend!r}; choose one of {', '.join(BACKENDS)}")
 
 
-def generator_from_config(rollout: "RolloutConfig", model_path: str, dtype: str, seed: int = 0) -> Generator:
+def generator_from_config(rollout: RolloutConfig, model_path: str, dtype: str, seed: int = 0) -> Generator:
     """make_generator with the values of a recipe's rollout section."""
     return make_generator(
         rollout.backend, model_path, dtype=dtype, seed=seed, kv_cache_gb=rollout.kv_cache_gb,
         gpu_memory_utilization=rollout.gpu_memory_utilization,
         enable_prefix_caching=rollout.enable_prefix_caching, max_num_seqs=rollout.max_num_seqs,
         max_model_len=rollout.max_prompt_tokens + rollout.max_new_tokens, enforce_eager=rollout.enforce_eager,
+        weight_sync=rollout.weight_sync,
         request_timeout_s=rollout.request_timeout_s, server_urls=rollout.server_urls,
         num_servers=rollout.num_servers,
     )

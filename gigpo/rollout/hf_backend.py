@@ -62,11 +62,12 @@ class HFGenerator(Generator):
             input_ids[i, width - len(ids):] = torch.tensor(ids)
             attention[i, width - len(ids):] = 1
         sampling = settings.temperature > 0
+        ends = self.eos_ids | set(settings.stop_token_ids)
         result = self.model.generate(
             input_ids=input_ids, attention_mask=attention, max_new_tokens=settings.max_new_tokens,
             do_sample=sampling, temperature=settings.temperature if sampling else None,
             top_p=settings.top_p if sampling else None, top_k=0 if sampling else None,
-            num_return_sequences=settings.n, eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id,
+            num_return_sequences=settings.n, eos_token_id=sorted(ends), pad_token_id=self.pad_id,
             stop_strings=list(settings.stop) or None, tokenizer=self.tokenizer if settings.stop else None,
             output_logits=True, return_dict_in_generate=True,
         )
@@ -75,16 +76,16 @@ class HFGenerator(Generator):
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
         completions = []
         for row in range(new_tokens.shape[0]):
-            ids, reason = self._trim(new_tokens[row].tolist(), settings.stop)
+            ids, reason = self._trim(new_tokens[row].tolist(), settings.stop, ends)
             completions.append(Completion(
                 prompt_index=offset + row // settings.n, token_ids=ids,
                 text=self.tokenizer.decode(ids, skip_special_tokens=True),
                 logprobs=logprobs[row, :len(ids)].tolist(), finish_reason=reason, weight_version=self.version))
         return completions
 
-    def _trim(self, ids: list[int], stop: tuple[str, ...]) -> tuple[list[int], str]:
+    def _trim(self, ids: list[int], stop: tuple[str, ...], ends: set[int]) -> tuple[list[int], str]:
         """Cut the padding generate adds after a row finished; say why the row finished."""
-        end = next((k for k, t in enumerate(ids) if t in self.eos_ids), None)
+        end = next((k for k, t in enumerate(ids) if t in ends), None)
         if end is None:
             text = self.tokenizer.decode(ids)
             return ids, "stop" if any(s in text for s in stop) else "length"
@@ -95,7 +96,7 @@ class HFGenerator(Generator):
     @torch.inference_mode()
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         check_version(version, self.version)
-        state = full_state_dict(named_tensors, dtype=self.model.dtype)
+        state = full_state_dict(named_tensors, bool(self.model.config.tie_word_embeddings), dtype=self.model.dtype)
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected:
             raise ValueError(f"update_weights got parameters this model does not have: {unexpected[:5]}")

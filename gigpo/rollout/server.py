@@ -33,6 +33,12 @@ class UpdateRequest(BaseModel):
     version: int
 
 
+class TransferRequest(BaseModel):
+    """Body of the /weight_transfer/* routes (GPU NCCL sync; vLLM's worker-side dicts, passed through)."""
+    info: Any = None
+    version: Optional[int] = None
+
+
 def is_loopback(host: str) -> bool:
     if host in LOOPBACK_NAMES:
         return True
@@ -55,9 +61,12 @@ def create_app(generator: Any, token: Optional[str] = None):
 
     app = FastAPI(title="gigpo generation server")
     lock = threading.Lock()
+    broken: list[str] = []  # why the engine failed, once it has; /health then says so
 
     @app.get("/health")
     async def health() -> dict:
+        if broken:
+            raise HTTPException(status_code=503, detail=f"engine failed: {broken[0]}")
         return {"status": "ok", "version": generator.version}
 
     @app.get("/version")
@@ -73,17 +82,43 @@ def create_app(generator: Any, token: Optional[str] = None):
                 current = generator.version
         except (ValueError, TypeError) as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from exc
+        except Exception as exc:  # the engine itself failed: report unhealthy so a supervisor restarts us
+            broken.append(repr(exc))
+            raise
         return {"completions": [c.to_json() for c in completions], "version": current}
+
+    def authorize(authorization: Optional[str]) -> None:
+        if token and not secrets.compare_digest(authorization or "", f"Bearer {token}"):
+            raise HTTPException(status_code=401, detail="weight updates need 'Authorization: Bearer <token>'")
 
     @app.post("/update_weights")
     def update_weights(req: UpdateRequest, authorization: Optional[str] = Header(None)) -> dict:
-        if token and not secrets.compare_digest(authorization or "", f"Bearer {token}"):
-            raise HTTPException(status_code=401, detail="update_weights needs 'Authorization: Bearer <token>'")
+        authorize(authorization)
         try:
             with lock:
                 generator.load_weights_file(req.path, req.version)
         except (ValueError, FileNotFoundError) as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from exc
+        return {"version": generator.version}
+
+    # GPU weight sync through vLLM's NCCL weight transfer (not run on CPU machines). `update` must run
+    # while the trainer broadcasts, so it does not take the generation lock; the trainer does not
+    # generate during a sync.
+    @app.post("/weight_transfer/{step}")
+    def weight_transfer(step: str, req: TransferRequest, authorization: Optional[str] = Header(None)) -> dict:
+        authorize(authorization)
+        rpc = {"init": "init_weight_transfer_engine", "start": "start_weight_update",
+               "update": "update_weights", "finish": "finish_weight_update"}
+        if step == "commit":
+            if req.version is None:
+                raise HTTPException(status_code=400, detail="/weight_transfer/commit needs a version")
+            with lock:
+                generator.commit_version(req.version)
+        elif step in rpc:
+            generator.llm.collective_rpc(rpc[step], args=(req.info,) if step in ("init", "update") else ())
+        else:
+            raise HTTPException(status_code=404, detail=f"unknown weight transfer step {step!r}; "
+                                                        f"use one of {', '.join([*rpc, 'commit'])}")
         return {"version": generator.version}
 
     return app

@@ -27,7 +27,7 @@ import torch
 
 from gigpo.rollout.generator import Generator, check_version
 from gigpo.rollout.types import Completion, SamplingSettings
-from gigpo.rollout.weights import full_state_dict, write_weights_file
+from gigpo.rollout.weights import full_state_dict, ties_lm_head, write_weights_file
 
 HEALTH_TIMEOUT_S = 3.0
 HEALTH_EVERY_S = 2.0
@@ -82,8 +82,10 @@ class ServerGenerator(Generator):
         self.weights_path: Optional[Path] = None
         """The current weights, kept so a restarted server can be re-synced."""
         self.servers: list[Server] = []
-        self.pool = ThreadPoolExecutor(max_workers=max(4, 2 * max(num_servers, len(list(urls)) or 1)))
+        self._nccl_senders: dict[str, Any] = {}
+        self._tied: Optional[bool] = None
         urls = [u.rstrip("/") for u in urls]
+        self.pool = ThreadPoolExecutor(max_workers=max(4, 2 * (len(urls) or num_servers)))
         try:
             if urls:
                 self.servers = [Server(u) for u in urls]
@@ -96,6 +98,15 @@ class ServerGenerator(Generator):
         except BaseException:
             self.close()
             raise
+
+    def _tied_lm_head(self) -> bool:
+        if self._tied is None:
+            self._tied = ties_lm_head(self.model_path)
+        return self._tied
+
+    @property
+    def num_replicas(self) -> int:
+        return len(self.servers)
 
     # ------------------------------------------------------------------ processes
     def _start_server(self, server: Optional[Server] = None) -> Server:
@@ -112,6 +123,8 @@ class ServerGenerator(Generator):
             cmd += ["--max-model-len", str(a["max_model_len"])]
         if a.get("enforce_eager"):
             cmd.append("--enforce-eager")
+        if a.get("weight_sync", "shm") != "shm":
+            cmd += ["--weight-sync", a["weight_sync"]]
         env = dict(os.environ)
         if self.token:
             env["GIGPO_SERVER_TOKEN"] = self.token
@@ -271,7 +284,10 @@ class ServerGenerator(Generator):
         The file stays until the next sync so a restarted server can load it; servers on another
         machine cannot read it (use the GPU/NCCL path there, see docs/generation.md)."""
         check_version(version, self.version)
-        path = write_weights_file(full_state_dict(named_tensors, dtype=self.torch_dtype))
+        if self.engine_args.get("weight_sync", "shm") == "nccl":
+            self._send_nccl(list(named_tensors), version)
+            return
+        path = write_weights_file(full_state_dict(named_tensors, self._tied_lm_head(), dtype=self.torch_dtype))
         previous, self.weights_path, self._version = self.weights_path, path, version
         if previous is not None:
             previous.unlink(missing_ok=True)
@@ -285,13 +301,31 @@ class ServerGenerator(Generator):
                 logger.warning("server %s failed during weight sync (%s); restarting", server.url, exc)
                 self._restart(server)
 
-    def _post_weights(self, server: Server, path: Path, version: int) -> None:
+    def _send_nccl(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
+        """GPU path (not run here): one NCCL group per server; a restart needs a new group."""
+        from gigpo.rollout.nccl_sync import HTTPClient, NCCLWeightSender
+
+        for server in self.servers:
+            sender = self._nccl_senders.get(server.url)
+            if sender is None:
+                client = HTTPClient(server.url, self.token, self.request_timeout_s)
+                sender = NCCLWeightSender(client, master_address="127.0.0.1", master_port=free_port(),
+                                          num_workers=1, tied_lm_head=self._tied_lm_head())
+                self._nccl_senders[server.url] = sender
+            sender.send(named_tensors)
+            self._post(server, "weight_transfer/commit", {"version": version})
+        self._version = version
+
+    def _post(self, server: Server, route: str, body: dict) -> None:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        resp = requests.post(f"{server.url}/update_weights", json={"path": str(path), "version": version},
-                             headers=headers, timeout=(HEALTH_TIMEOUT_S, self.request_timeout_s))
+        resp = requests.post(f"{server.url}/{route}", json=body, headers=headers,
+                             timeout=(HEALTH_TIMEOUT_S, self.request_timeout_s))
         if resp.status_code in (400, 401):
-            raise ServerError(f"server {server.url} refused weights version {version}: {resp.json().get('detail')}")
+            raise ServerError(f"server {server.url} refused {route}: {resp.json().get('detail')}")
         resp.raise_for_status()
+
+    def _post_weights(self, server: Server, path: Path, version: int) -> None:
+        self._post(server, "update_weights", {"path": str(path), "version": version})
 
     def close(self) -> None:
         for server in self.servers:

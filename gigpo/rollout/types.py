@@ -20,6 +20,8 @@ class SamplingSettings:
     top_p: float = 1.0
     max_new_tokens: int = 512
     stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    """Token ids that end a completion like EOS does (kept in the output, finish reason "stop")."""
     n: int = 1
     seed: Optional[int] = None
 
@@ -34,14 +36,15 @@ class SamplingSettings:
             raise ValueError(f"n={self.n} must be >= 1")
         if isinstance(self.stop, (str, list)):
             object.__setattr__(self, "stop", (self.stop,) if isinstance(self.stop, str) else tuple(self.stop))
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
 
     def to_json(self) -> dict:
         return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
-                "stop": list(self.stop), "n": self.n, "seed": self.seed}
+                "stop": list(self.stop), "stop_token_ids": list(self.stop_token_ids), "n": self.n, "seed": self.seed}
 
     @classmethod
     def from_json(cls, data: dict) -> "SamplingSettings":
-        return cls(**{**data, "stop": tuple(data.get("stop", ()))})
+        return cls(**{**data, "stop": tuple(data.get("stop", ())), "stop_token_ids": tuple(data.get("stop_token_ids", ()))})
 
 
 @dataclass

@@ -51,22 +51,27 @@ class SyncVerifier:
         self._continue_probe()  # puts the probe's KV in the prefix cache, so a skipped reset shows
 
     def _continue_probe(self):
-        return self.generator.generate([self.probe], SamplingSettings(temperature=0, max_new_tokens=PROBE_NEW_TOKENS))[0]
+        """One probe per replica: a multi-server generator sends one copy to each server."""
+        copies = [self.probe] * self.generator.num_replicas
+        return self.generator.generate(copies, SamplingSettings(temperature=0, max_new_tokens=PROBE_NEW_TOKENS))
 
     def check(self, model: torch.nn.Module) -> float:
         """Largest |generator - trainer| log-prob over the probe continuation; raises beyond atol."""
-        completion = self._continue_probe()
-        ref = trainer_logprobs(model, self.probe, completion.token_ids)
-        got = torch.tensor(completion.logprobs)
-        gap = (got - ref).abs()
-        worst = int(gap.argmax())
-        if gap[worst] > self.atol:
-            raise SyncMismatchError(
-                f"weight sync to version {completion.weight_version} failed verification: largest log-prob "
-                f"difference {gap[worst]:.4f} > atol={self.atol} at probe continuation token {worst} "
-                f"(id {completion.token_ids[worst]}): generator {got[worst]:.4f}, trainer {ref[worst]:.4f}. "
-                "The generator is not sampling from the trainer's policy (stale prefix cache or LM head?)")
-        return float(gap[worst])
+        largest = 0.0
+        for replica, completion in enumerate(self._continue_probe()):
+            ref = trainer_logprobs(model, self.probe, completion.token_ids)
+            got = torch.tensor(completion.logprobs)
+            gap = (got - ref).abs()
+            worst = int(gap.argmax())
+            if gap[worst] > self.atol:
+                raise SyncMismatchError(
+                    f"weight sync to version {completion.weight_version} failed verification on replica {replica}: "
+                    f"largest log-prob difference {gap[worst]:.4f} > atol={self.atol} at probe continuation token "
+                    f"{worst} (id {completion.token_ids[worst]}): generator {got[worst]:.4f}, trainer "
+                    f"{ref[worst]:.4f}. The generator is not sampling from the trainer's policy "
+                    "(stale prefix cache or LM head?)")
+            largest = max(largest, float(gap[worst]))
+        return largest
 
 
 def default_atol(dtype: str) -> float:

@@ -20,7 +20,7 @@ VLLM_DTYPES = {"bf16": "bfloat16", "fp32": "float32", "bfloat16": "bfloat16", "f
 
 def build_engine(model_path: str, *, dtype: str, seed: int, kv_cache_gb: float, gpu_memory_utilization: float,
                  enable_prefix_caching: bool, max_num_seqs: int, max_model_len: Optional[int],
-                 enforce_eager: bool = False) -> Any:
+                 enforce_eager: bool = False, weight_sync: str = "shm") -> Any:
     """A vllm.LLM with gigpo's weight-sync worker extension. On CPU the KV cache is `kv_cache_gb` GiB
     (VLLM_CPU_KVCACHE_SPACE); `gpu_memory_utilization` is the share of a GPU (on CPU: of a NUMA node's
     RAM, which is why the KV size is set directly)."""
@@ -38,23 +38,46 @@ def build_engine(model_path: str, *, dtype: str, seed: int, kv_cache_gb: float, 
     )
     if max_model_len is not None:
         kwargs["max_model_len"] = max_model_len
+    if _on_cpu():
+        # vLLM-CPU crashes ("CPU Generator does not use offset") when a seeded request's prompt is
+        # split over steps by chunked prefill; without chunking a step must fit a whole prompt.
+        if max_model_len is None:
+            from transformers import AutoConfig
+
+            max_model_len = AutoConfig.from_pretrained(model_path).max_position_embeddings
+        kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 4096))
+    if weight_sync == "nccl":  # GPU only; not run on these machines
+        kwargs["weight_transfer_config"] = {"backend": "nccl"}
+    elif weight_sync != "shm":
+        raise ValueError(f"weight_sync={weight_sync!r} is not supported; use shm (CPU or GPU, one machine) or nccl (GPU)")
     return LLM(**kwargs)
 
 
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
 class VLLMGenerator(Generator):
-    """vllm.LLM owned by this process. Weight sync: safetensors in /dev/shm -> worker
-    `reload_weights` (LM head included, even when tied) -> prefix-cache reset."""
+    """vllm.LLM owned by this process. Weight sync (`weight_sync="shm"`): safetensors in /dev/shm ->
+    worker `reload_weights` (LM head included, even when tied) -> prefix-cache reset. With
+    `weight_sync="nccl"` (GPU, not run here) the tensors are broadcast by vLLM's NCCL weight transfer."""
 
     def __init__(self, model_path: str, *, dtype: str = "bf16", seed: int = 0, kv_cache_gb: float = 1.0,
                  gpu_memory_utilization: float = 0.5, enable_prefix_caching: bool = True,
-                 max_num_seqs: int = 256, max_model_len: Optional[int] = None, enforce_eager: bool = False) -> None:
+                 max_num_seqs: int = 256, max_model_len: Optional[int] = None, enforce_eager: bool = False,
+                 weight_sync: str = "shm") -> None:
         super().__init__()
         self.llm = build_engine(model_path, dtype=dtype, seed=seed, kv_cache_gb=kv_cache_gb,
                                 gpu_memory_utilization=gpu_memory_utilization,
                                 enable_prefix_caching=enable_prefix_caching, max_num_seqs=max_num_seqs,
-                                max_model_len=max_model_len, enforce_eager=enforce_eager)
+                                max_model_len=max_model_len, enforce_eager=enforce_eager, weight_sync=weight_sync)
+        self.weight_sync = weight_sync
+        self._nccl_sender: Any = None
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         self.torch_dtype = self.llm.llm_engine.model_config.dtype
+        self.tied_lm_head = bool(getattr(self.llm.llm_engine.model_config.hf_config, "tie_word_embeddings", False))
         # Test-only fault injection: the two steps a sync must not skip.
         self.fault_skip_prefix_reset = False
         self.fault_skip_lm_head = False
@@ -67,7 +90,11 @@ class VLLMGenerator(Generator):
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         check_version(version, self.version)
-        path = write_weights_file(full_state_dict(named_tensors, dtype=self.torch_dtype))
+        if self.weight_sync == "nccl":
+            self._send_nccl(named_tensors)
+            self.commit_version(version)
+            return
+        path = write_weights_file(full_state_dict(named_tensors, self.tied_lm_head, dtype=self.torch_dtype))
         try:
             self.load_weights_file(path, version)
         finally:
@@ -78,11 +105,26 @@ class VLLMGenerator(Generator):
         if not Path(path).is_file():
             raise FileNotFoundError(f"weights file {path} does not exist; it must be on this machine (e.g. /dev/shm)")
         self.llm.collective_rpc("gigpo_load_weights", args=(str(path), self.fault_skip_lm_head))
+        self.commit_version(version)
+
+    def commit_version(self, version: int) -> None:
+        """End a sync: drop KV cached under the old weights, then stamp outputs with `version`."""
         if not self.fault_skip_prefix_reset:
             if not self.llm.reset_prefix_cache():
                 raise RuntimeError("vLLM refused to reset its prefix cache after a weight sync; "
                                    "cached prompts would keep the old weights' KV")
         self._version = version
+
+    def _send_nccl(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        from gigpo.rollout.nccl_sync import EngineClient, NCCLWeightSender
+        from gigpo.rollout.server_client import free_port
+
+        if self._nccl_sender is None:
+            self._nccl_sender = NCCLWeightSender(
+                EngineClient(self.llm), master_address="127.0.0.1", master_port=free_port(),
+                num_workers=self.llm.llm_engine.vllm_config.parallel_config.world_size,
+                tied_lm_head=self.tied_lm_head)
+        self._nccl_sender.send(named_tensors)
 
     def close(self) -> None:
         if getattr(self, "llm", None) is not None:
@@ -100,6 +142,7 @@ def sampling_params(settings: SamplingSettings, num_prompts: int) -> list[Any]:
     return [SamplingParams(
         n=settings.n, temperature=settings.temperature, top_p=1.0 if greedy else settings.top_p,
         max_tokens=settings.max_new_tokens, stop=list(settings.stop) or None, include_stop_str_in_output=True,
+        stop_token_ids=list(settings.stop_token_ids) or None,
         logprobs=0, seed=None if settings.seed is None else settings.seed + i,
     ) for i in range(num_prompts)]
 

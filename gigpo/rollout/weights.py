@@ -23,8 +23,8 @@ def shm_dir() -> Path:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
-def full_state_dict(named_tensors: Iterable[tuple[str, torch.Tensor]], dtype: Optional[torch.dtype] = None,
-                    include_lm_head: bool = True) -> dict[str, torch.Tensor]:
+def full_state_dict(named_tensors: Iterable[tuple[str, torch.Tensor]], tied_lm_head: bool,
+                    dtype: Optional[torch.dtype] = None) -> dict[str, torch.Tensor]:
     """Detached, contiguous, non-aliasing copies, cast to `dtype`; adds the LM head when it is tied.
 
     vLLM on CPU keeps its own packed copy of a tied LM head, so the head must be sent even when the
@@ -38,11 +38,19 @@ def full_state_dict(named_tensors: Iterable[tuple[str, torch.Tensor]], dtype: Op
         out[name] = (t.to(dtype) if dtype is not None else t).contiguous().clone()
     if not out:
         raise ValueError("update_weights got no tensors; pass model.named_parameters() of the trainer's model")
-    if include_lm_head and LM_HEAD not in out and EMBED in out:
+    if LM_HEAD not in out and EMBED in out:
+        if not tied_lm_head:
+            raise ValueError(f"update_weights got {EMBED} but no {LM_HEAD}, and this model does not tie them: "
+                             "pass every parameter of the trainer's model")
         out[LM_HEAD] = out[EMBED].clone()
-    if not include_lm_head:
-        out.pop(LM_HEAD, None)
     return out
+
+
+def ties_lm_head(model_path: str) -> bool:
+    """Whether the model at `model_path` shares its LM head with the input embedding."""
+    from transformers import AutoConfig
+
+    return bool(getattr(AutoConfig.from_pretrained(model_path), "tie_word_embeddings", False))
 
 
 def write_weights_file(state: dict[str, torch.Tensor], directory: Optional[Path] = None) -> Path:

@@ -13,6 +13,7 @@ from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.server import check_exposure
 from gigpo.rollout.server_client import ServerError, ServerGenerator, free_port
 from gigpo.rollout.types import SamplingSettings
+from gigpo.rollout.verify import SyncVerifier
 
 from .conftest import GREEDY, load_trainer_model, perturb, sample_prompts
 
@@ -20,8 +21,8 @@ TOKEN = "test-token"
 
 
 @pytest.fixture(scope="module")
-def served(tiny_model_dir):
-    gen = ServerGenerator(str(tiny_model_dir), num_servers=1, token=TOKEN,
+def served(tiny_model_dir, tmp_path_factory):
+    gen = ServerGenerator(str(tiny_model_dir), num_servers=1, token=TOKEN, log_dir=str(tmp_path_factory.mktemp("serve")),
                           engine_args=dict(dtype="fp32", max_num_seqs=32, enforce_eager=True))
     yield gen
     gen.close()
@@ -50,6 +51,7 @@ def test_server_sync_makes_greedy_equal_to_hf(served, trainer):
     assert [c.token_ids for c in synced] == expected
     assert {c.weight_version for c in synced} == {version}
     assert requests.get(f"{served.servers[0].url}/version", timeout=5).json() == {"version": version}
+    assert SyncVerifier(served, trainer[0].config.vocab_size, atol=2e-3).check(trainer[0]) < 2e-3
 
 
 def test_weight_update_needs_the_token(served):

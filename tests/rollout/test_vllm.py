@@ -13,14 +13,9 @@ from .conftest import GREEDY, load_trainer_model, perturb, sample_prompts
 
 @pytest.fixture(scope="module")
 def trained(vllm_generator, tiny_model_dir):
-    """Trainer model and HF reference, kept in step with the shared engine across this module."""
-    model = load_trainer_model(tiny_model_dir)
-    hf = HFGenerator(str(tiny_model_dir), dtype="fp32")
-    if vllm_generator.version:  # another module synced the shared engine already
-        hf.update_weights(model.named_parameters(), vllm_generator.version)
-        vllm_generator.update_weights(model.named_parameters(), vllm_generator.version + 1)
-        hf._version = vllm_generator.version
-    return model, hf
+    """Trainer model and HF reference for the shared engine (which starts from the same weights)."""
+    assert vllm_generator.version == 0
+    return load_trainer_model(tiny_model_dir), HFGenerator(str(tiny_model_dir), dtype="fp32")
 
 
 def test_sync_makes_greedy_equal_to_hf(vllm_generator, trained):
@@ -45,7 +40,9 @@ def test_sync_makes_greedy_equal_to_hf(vllm_generator, trained):
 
 
 def test_per_request_seed_is_independent_of_batching(vllm_generator):
-    prompts = sample_prompts(4, seed=8)
+    """16 x 400-token prompts exceed one engine step's 4096 tokens: seeded requests whose prefill
+    spans steps crashed vLLM-CPU with chunked prefill on (it is turned off on CPU)."""
+    prompts = [p * (400 // len(p) + 1) for p in sample_prompts(16, seed=8)]
     settings = SamplingSettings(temperature=1.0, max_new_tokens=12, seed=3)
     whole = vllm_generator.generate(prompts, settings)
     again = vllm_generator.generate(prompts, settings)
@@ -69,3 +66,18 @@ def test_verification_catches_a_broken_sync(vllm_generator, trained, fault):
         setattr(vllm_generator, fault, False)
     gap = sync_weights(vllm_generator, model, vllm_generator.version + 1, verifier)
     assert gap < 2e-3
+
+
+def test_stop_token_ids_end_completions_like_hf(vllm_generator, trained):
+    """An extra end token stops both backends at the same place, kept in the output, reason "stop"."""
+    model, hf = trained
+    hf.update_weights(model.named_parameters(), vllm_generator.version)  # vllm_generator has the model's weights
+    prompts = sample_prompts(3, seed=12)
+    free_run = hf.generate(prompts, GREEDY)
+    stop_id = free_run[0].token_ids[3]
+    settings = SamplingSettings(temperature=0, max_new_tokens=16, stop_token_ids=(stop_id,))
+    hf_out, vllm_out = hf.generate(prompts, settings), vllm_generator.generate(prompts, settings)
+    assert [c.token_ids for c in vllm_out] == [c.token_ids for c in hf_out]
+    assert hf_out[0].token_ids[-1] == stop_id and len(hf_out[0].token_ids) <= 4
+    assert [c.finish_reason for c in vllm_out] == [c.finish_reason for c in hf_out]
+    assert vllm_out[0].finish_reason == "stop"

@@ -1,0 +1,28 @@
+"""Turning trainer parameters into a weights file: tied heads, wrappers, aliasing."""
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from gigpo.rollout.weights import full_state_dict, write_weights_file
+
+
+def test_tied_head_is_added_and_file_round_trips(tmp_path):
+    embed = torch.randn(8, 4)
+    named = [("module.model.embed_tokens.weight", embed), ("module.model.norm.weight", torch.ones(4))]
+    state = full_state_dict(named, tied_lm_head=True, dtype=torch.bfloat16)
+    assert set(state) == {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
+    path = write_weights_file(state, tmp_path)  # would fail if the head aliased the embedding
+    loaded = load_file(str(path))
+    assert loaded["lm_head.weight"].dtype == torch.bfloat16
+    torch.testing.assert_close(loaded["lm_head.weight"], embed.to(torch.bfloat16))
+    embed.add_(1.0)  # the trainer keeps training: the saved copy must not move
+    torch.testing.assert_close(state["model.embed_tokens.weight"], (embed - 1.0).to(torch.bfloat16))
+
+
+def test_untied_model_missing_its_head_is_an_error():
+    with pytest.raises(ValueError, match="no lm_head.weight, and this model does not tie them"):
+        full_state_dict([("model.embed_tokens.weight", torch.zeros(2, 2))], tied_lm_head=False)
+    with pytest.raises(ValueError, match="got no tensors"):
+        full_state_dict([], tied_lm_head=True)
