@@ -243,6 +243,9 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    if parts[0] == "model" and len(parts) == 2 and parts[1] in ("path", "init") and isinstance(data.get("model"), dict):
+        # a model source given on the command line replaces the recipe's, whichever kind it was
+        data["model"].pop("init" if parts[1] == "path" else "path", None)
     node = data
     for part in parts[:-1]:
         child = node.setdefault(part, {})

@@ -97,3 +97,10 @@ def test_cli_config_prints_resolved_recipe_and_fails_on_bad_keys() -> None:
     assert bogus.returncode != 0 and "trainer.bogus" in bogus.stderr
     wrong = gigpo("config", "recipes/alfworld_7b.yaml", "trainer.lr=abc")
     assert wrong.returncode != 0 and "trainer.lr" in wrong.stderr and "number" in wrong.stderr
+
+
+def test_command_line_model_source_replaces_the_recipes() -> None:
+    config = load_config(REPO / "recipes" / "alfworld_7b.yaml", ["model.init=tiny"])
+    assert config.model.init == "tiny" and config.model.path is None
+    config = load_config(REPO / "recipes" / "sokoban_tiny.yaml", ["model.path=/some/dir"])
+    assert config.model.path == "/some/dir" and config.model.init is None

@@ -2,17 +2,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.trainer.test_train_loop import REPO, SMALL
-
-
-def gigpo(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "gigpo.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
+from run_helpers import SMALL, gigpo
 
 
 def test_compare_writes_report_and_curves_and_resumes(tmp_path: Path) -> None:

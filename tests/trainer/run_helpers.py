@@ -1,0 +1,32 @@
+"""Shared by the end-to-end trainer tests: a shrunk Sokoban run and a `gigpo` subprocess runner."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = ["env.num_groups=2", "env.group_size=2", "env.max_steps=3", "env.eval_episodes=2",
+         "env.workers=1", "trainer.sft_steps=0", "trainer.micro_token_budget=2048", "trainer.mini_batch_size=64",
+         "logging.wandb_mode=disabled", "logging.progress=false", "rollout.max_new_tokens=8"]
+REQUIRED_KEYS = {"rollout/success", "rollout/return", "rollout/episode_length", "rollout/invalid_action_rate",
+                 "rollout/tokens_generated", "rollout/env_steps_total", "adv/advantage_mean", "adv/step_groups",
+                 "loss/entropy", "loss/clip_frac", "actor/grad_norm", "time/rollout", "time/env",
+                 "time/logprobs", "time/advantage", "time/update", "time/sync", "time/iteration", "perf/peak_rss_gb"}
+
+
+def train(run_dir: Path, *overrides: str, resume: bool = False, check: bool = True, **popen) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "gigpo.cli", "train", "recipes/sokoban_tiny.yaml", *SMALL,
+           f"trainer.run_dir={run_dir}", *overrides] + (["--resume"] if resume else [])
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    if check:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+
+
+def gigpo(*args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "gigpo.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
