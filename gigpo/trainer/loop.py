@@ -112,13 +112,34 @@ def informative_group_ids(steps) -> set[int]:
     return {s.group for s, keep in zip(steps, mask) if keep}
 
 
+class EpisodeBar:
+    """A tqdm bar of finished episodes for one rollout phase (the `progress` callback of `rollout`)."""
+
+    def __init__(self, desc: str, enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(desc=desc, unit="ep", leave=False, disable=not enabled, dynamic_ncols=True)
+
+    def __call__(self, done: int, total: int) -> None:
+        self.bar.total = total
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int] = None, prefix: str = "eval/") -> dict[str, float]:
     """Greedy (eval temperature) success on the held-out evaluation seeds, one episode per seed."""
     from gigpo.rollout.collect import rollout
 
-    result = rollout(pool, generator, prompt_fn, eval_seeds(config, episodes), group_size=1,
-                     settings=sampling(config, evaluation=True, seed=config.trainer.seed),
-                     max_prompt_tokens=config.rollout.max_prompt_tokens)
+    bar = EpisodeBar("eval", config.logging.progress)
+    try:
+        result = rollout(pool, generator, prompt_fn, eval_seeds(config, episodes), group_size=1,
+                         settings=sampling(config, evaluation=True, seed=config.trainer.seed),
+                         max_prompt_tokens=config.rollout.max_prompt_tokens, progress=bar)
+    finally:
+        bar.close()
     return result.metrics(prefix)
 
 
@@ -239,8 +260,10 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
             if main:
                 with timer("rollout"):
                     settings = sampling(config, evaluation=False, seed=t.seed * 100_003 + iteration)
+                    bar = EpisodeBar(f"iter {iteration} rollout", config.logging.progress)
                     batch = rollout(pool, generator, prompt_fn, train_seeds(config, iteration), e.group_size, settings,
-                                    config.rollout.max_prompt_tokens)
+                                    config.rollout.max_prompt_tokens, progress=bar)
+                    bar.close()
                     steps, episodes = batch.steps, batch.episodes
                     metrics.update(batch.metrics())
                     metrics.update(batch.env_faults)
