@@ -1,9 +1,18 @@
 """Shared by the end-to-end trainer tests: a shrunk Sokoban run and a `gigpo` subprocess runner."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_SIZE", "MASTER_ADDR", "MASTER_PORT", "CROSS_RANK", "CROSS_SIZE")
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without the rank variables that in-process engine tests set, so a
+    child `gigpo train` starts as a fresh single process instead of joining a stale process group."""
+    return {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES}
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["env.num_groups=2", "env.group_size=2", "env.max_steps=3", "env.eval_episodes=2",
@@ -15,10 +24,10 @@ REQUIRED_KEYS = {"rollout/success", "rollout/return", "rollout/episode_length", 
                  "time/logprobs", "time/advantage", "time/update", "time/sync", "time/iteration", "perf/peak_rss_gb"}
 
 
-def train(run_dir: Path, *overrides: str, resume: bool = False, check: bool = True, **popen) -> subprocess.CompletedProcess:
+def train(run_dir: Path, *overrides: str, resume: bool = False, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "gigpo.cli", "train", "recipes/sokoban_tiny.yaml", *SMALL,
            f"trainer.run_dir={run_dir}", *overrides] + (["--resume"] if resume else [])
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=clean_env())
     if check:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
@@ -27,6 +36,7 @@ def train(run_dir: Path, *overrides: str, resume: bool = False, check: bool = Tr
 
 
 def gigpo(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "gigpo.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, "-m", "gigpo.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=900,
+                          env=clean_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from run_helpers import REPO, REQUIRED_KEYS, SMALL, train
+from run_helpers import REPO, REQUIRED_KEYS, SMALL, clean_env, train
 
 def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -67,7 +67,8 @@ def test_sigkill_in_iteration_3_then_resume_continues_exactly(tmp_path: Path) ->
 
     run = tmp_path / "killed"
     cmd = [sys.executable, "-m", "gigpo.cli", "train", "recipes/sokoban_tiny.yaml", *SMALL, f"trainer.run_dir={run}", *common]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env=clean_env())
     deadline = time.time() + 300
     try:
         while time.time() < deadline:  # iteration 2's metrics line is written after its checkpoint: 3 has begun
