@@ -41,11 +41,11 @@ def rollout_prompts(num_prompts: int, vocab: int, prefix_tokens: int, suffix_tok
     return prompts[:num_prompts]
 
 
-def build(backend: str, model_dir: str, dtype: str, kv_cache_gb: float, max_model_len: int):
+def build(backend: str, model_dir: str, dtype: str, kv_cache_gb: float, max_model_len: int, prefix_caching: bool):
     from gigpo.rollout.generator import make_generator
 
     return make_generator(backend, model_dir, dtype=dtype, kv_cache_gb=kv_cache_gb, max_num_seqs=256,
-                          enable_prefix_caching=True, max_model_len=max_model_len)
+                          enable_prefix_caching=prefix_caching, max_model_len=max_model_len)
 
 
 def measure_generation(gen: Any, prompts: list[list[int]], settings: Any) -> dict[str, float]:
@@ -82,6 +82,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="cores per backend: torch threads for hf, VLLM_CPU_OMP_THREADS_BIND=0-(N-1) for vllm "
                              "(default: torch's and vLLM's own choice, i.e. all cores)")
+    parser.add_argument("--no-prefix-caching", action="store_true", help="vLLM ablation: no prefix cache")
     parser.add_argument("--no-sync", action="store_true", help="skip the weight-sync latency measurement")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -108,13 +109,13 @@ def main() -> None:
         trainer = None if args.no_sync else AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         for backend in args.backends:
             start = time.perf_counter()
-            gen = build(backend, model_dir, args.dtype, args.kv_cache_gb, max_len)
+            gen = build(backend, model_dir, args.dtype, args.kv_cache_gb, max_len, not args.no_prefix_caching)
             startup = round(time.perf_counter() - start, 1)
             try:
                 for n in args.prompts:
                     prompts = rollout_prompts(n, vocab, args.prefix_tokens, args.suffix_tokens)
                     row = {"size": size, "backend": backend, "prompts": n, "dtype": args.dtype, "startup_s": startup,
-                           "threads": args.threads or "all", "load_avg_1m": round(os.getloadavg()[0], 1),
+                           "threads": args.threads or "all", "prefix_caching": not args.no_prefix_caching, "load_avg_1m": round(os.getloadavg()[0], 1),
                            **measure_generation(gen, prompts, settings)}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
