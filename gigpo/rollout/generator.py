@@ -109,13 +109,23 @@ def make_generator(
     raise ValueError(f"unknown rollout backend {backend!r}; choose one of {', '.join(BACKENDS)}")
 
 
+def _context_length(rollout: "RolloutConfig") -> int:
+    """Longest sequence the engine must hold: a rollout step, or the sync probe when verification is on."""
+    length = rollout.max_prompt_tokens + rollout.max_new_tokens
+    if rollout.verify_sync:
+        from gigpo.rollout.verify import PROBE_NEW_TOKENS, PROBE_PROMPT_TOKENS
+
+        length = max(length, PROBE_PROMPT_TOKENS + PROBE_NEW_TOKENS)
+    return length
+
+
 def generator_from_config(rollout: RolloutConfig, model_path: str, dtype: str, seed: int = 0) -> Generator:
     """make_generator with the values of a recipe's rollout section."""
     return make_generator(
         rollout.backend, model_path, dtype=dtype, seed=seed, kv_cache_gb=rollout.kv_cache_gb,
         gpu_memory_utilization=rollout.gpu_memory_utilization,
         enable_prefix_caching=rollout.enable_prefix_caching, max_num_seqs=rollout.max_num_seqs,
-        max_model_len=rollout.max_prompt_tokens + rollout.max_new_tokens, enforce_eager=rollout.enforce_eager,
+        max_model_len=_context_length(rollout), enforce_eager=rollout.enforce_eager,
         weight_sync=rollout.weight_sync,
         request_timeout_s=rollout.request_timeout_s, server_urls=rollout.server_urls,
         num_servers=rollout.num_servers,
