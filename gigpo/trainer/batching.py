@@ -118,12 +118,16 @@ def check_token_budget(max_prompt_tokens: int, max_new_tokens: int, micro_token_
             f"{longest} or shorten prompts/responses")
 
 
-def pack_by_budget(lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """First-fit decreasing: group sample indices into bins of at most `budget` tokens each."""
+def _check_fits(lengths: Sequence[int], budget: int) -> None:
     for i, n in enumerate(lengths):
         if n > budget:
             raise TokenBudgetError(f"sample {i} has {n} tokens, more than trainer.micro_token_budget={budget}; "
                                    f"raise the budget to at least {n} or shorten prompts/responses")
+
+
+def pack_by_budget(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """First-fit decreasing: group sample indices into bins of at most `budget` tokens each."""
+    _check_fits(lengths, budget)
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     bins: list[list[int]] = []
     room: list[int] = []
@@ -141,10 +145,7 @@ def pack_by_budget(lengths: Sequence[int], budget: int) -> list[list[int]]:
 
 def bucket_by_length(lengths: Sequence[int], budget: int) -> list[list[int]]:
     """Sort by length and cut into runs whose (rows x longest) padded size fits `budget`."""
-    for i, n in enumerate(lengths):
-        if n > budget:
-            raise TokenBudgetError(f"sample {i} has {n} tokens, more than trainer.micro_token_budget={budget}; "
-                                   f"raise the budget to at least {n} or shorten prompts/responses")
+    _check_fits(lengths, budget)
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     bins: list[list[int]] = []
     for i in order:

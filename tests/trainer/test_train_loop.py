@@ -33,7 +33,8 @@ def assert_loadable_checkpoint(run_dir: Path, iteration: int) -> None:
 @pytest.mark.parametrize("estimator", ["gigpo", "grpo", "rloo", "ppo"])
 def test_two_iterations_with_hf_generation(tmp_path: Path, estimator: str) -> None:
     run = tmp_path / estimator
-    extra = ["algorithm.kl_coef=0.01"] if estimator == "gigpo" else []
+    # gigpo's run also covers the reference model (KL) and wandb's default offline mode
+    extra = ["algorithm.kl_coef=0.01", "logging.wandb_mode=offline"] if estimator == "gigpo" else []
     train(run, f"algorithm.estimator={estimator}", "trainer.iterations=2", "trainer.save_every=2", *extra)
     records = metrics(run)
     assert [r["iteration"] for r in records] == [0, 1, 2]
@@ -47,6 +48,8 @@ def test_two_iterations_with_hf_generation(tmp_path: Path, estimator: str) -> No
     assert_loadable_checkpoint(run, 2)
     assert (run / "config.yaml").is_file() and (run / "curves.png").stat().st_size > 0
     assert json.loads((run / "done.json").read_text())["iterations"] == 2
+    if estimator == "gigpo":
+        assert list((run / "wandb").glob("offline-run-*")), "wandb offline run directory missing"
 
 
 def test_two_ranks_zero2_with_vllm(tmp_path: Path) -> None:
