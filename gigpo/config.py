@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class RecipeError(ValueError):
@@ -122,6 +122,15 @@ class AlgorithmConfig(Section):
     kl_coef: float = Field(0.01, ge=0.0)
     entropy_coef: float = Field(0.001)
     loss_agg: Literal["token-mean", "seq-mean"] = "token-mean"
+
+    @field_validator("estimator")
+    @classmethod
+    def _known_estimator(cls, name: str) -> str:
+        from gigpo.advantage.estimators import ESTIMATORS
+
+        if name not in ESTIMATORS:
+            raise ValueError(f"algorithm.estimator={name!r} is unknown; valid: {', '.join(sorted(ESTIMATORS))}")
+        return name
     value_clip: Optional[float] = Field(0.2, gt=0.0)
     """PPO critic: clip new values to values_old +- this in the value loss; None for a plain squared error."""
 

@@ -9,11 +9,15 @@ from pathlib import Path
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from gigpo.config import load_config
+    from gigpo.trainer.batching import TokenBudgetError
     from gigpo.trainer.loop import TrainingAborted, launch_or_train
 
     config = load_config(args.recipe, args.overrides)
     try:
         return launch_or_train(config, args.recipe, args.overrides, resume=args.resume)
+    except TokenBudgetError as exc:
+        print(f"gigpo: {exc}", file=sys.stderr)
+        return 2
     except TrainingAborted as exc:
         print(f"gigpo: training stopped: {exc}", file=sys.stderr)
         return 3

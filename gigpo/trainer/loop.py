@@ -184,6 +184,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
     from gigpo.trainer.metrics import MetricsLogger, PhaseTimer
 
     t, a, e = config.trainer, config.algorithm, config.env
+    # fail on a bad recipe before any model, process or environment is started
     check_token_budget(config.rollout.max_prompt_tokens, config.rollout.max_new_tokens, t.micro_token_budget)
     rank = init_distributed()
     main = rank.is_main
@@ -239,7 +240,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
     logger = None
     if main:
         logger = MetricsLogger(run_dir, config.logging.wandb_mode, config.logging.wandb_project,
-                               json.loads(json.dumps(config.model_dump(mode="json"))), run_dir.name)
+                               config.model_dump(mode="json"), run_dir.name)
         logger.truncate_after(state["iteration"])
         print(f"gigpo: training {a.estimator} on {e.id} with {model_path}: iterations {start}..{t.iterations}, "
               f"{e.num_groups} groups x {e.group_size}, run dir {run_dir}", flush=True)

@@ -104,3 +104,8 @@ def test_command_line_model_source_replaces_the_recipes() -> None:
     assert config.model.init == "tiny" and config.model.path is None
     config = load_config(REPO / "recipes" / "sokoban_tiny.yaml", ["model.path=/some/dir"])
     assert config.model.path == "/some/dir" and config.model.init is None
+
+
+def test_unknown_estimator_lists_the_valid_ones() -> None:
+    with pytest.raises(RecipeError, match="algorithm.estimator='gipgo' is unknown; valid: gigpo, grpo, ppo, rloo"):
+        load_config(REPO / "recipes" / "sokoban_tiny.yaml", ["algorithm.estimator=gipgo"])

@@ -99,3 +99,12 @@ def test_nan_reward_stops_the_run_without_a_checkpoint(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "iteration 1, phase rollout" in proc.stderr and "non-finite" in proc.stderr
     assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir())
+
+
+def test_budget_too_small_for_one_sample_fails_before_rollout(tmp_path: Path) -> None:
+    run = tmp_path / "budget"
+    proc = train(run, "trainer.micro_token_budget=64", check=False)
+    assert proc.returncode == 2
+    assert "rollout.max_prompt_tokens=128 + rollout.max_new_tokens=8 = 136" in proc.stderr
+    assert "trainer.micro_token_budget=64" in proc.stderr
+    assert not run.exists()  # nothing was started or written
