@@ -284,10 +284,19 @@ class _TrainedEngine(_MicroBatchedModel):
             if any_rank(not finite):  # every rank decides together, before the step touches the weights
                 raise NonFiniteError(f"{self._prefix} loss is NaN/inf in optimizer step {steps + 1} of this update; "
                                      "the step was not applied, so the weights are those before it")
+            own_norm = None
+            if s.zero_stage == 0:  # DeepSpeed reports no grad norm and skips no step at ZeRO-0: check here
+                grads = [p.grad for p in self._module().parameters() if p.grad is not None]
+                own_norm = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+                if any_rank(not math.isfinite(own_norm)):
+                    raise NonFiniteError(f"{self._prefix} gradients are NaN/inf (norm {own_norm}) in optimizer step "
+                                         f"{steps + 1} of this update; the step was not applied")
             lr = float(self.engine.get_lr()[0])  # what this step uses; the scheduler moves it after
             self.engine.step()
             steps += 1
             norm = self.engine.get_global_grad_norm()
+            if norm is None:
+                norm = own_norm
             if not self.engine.was_step_applied() or (norm is not None and not math.isfinite(float(norm))):
                 # ZeRO 1-3 and bf16 skip a step whose gradients overflow; plain ZeRO-0 fp32 would not
                 raise NonFiniteError(f"{self._prefix} gradients are NaN/inf in optimizer step {steps} of this update "

@@ -43,6 +43,8 @@ def test_two_iterations_with_hf_generation(tmp_path: Path, estimator: str) -> No
         assert "loss/kl" in records[-1]
     assert not missing, f"metrics lack {sorted(missing)}"
     assert records[2]["rollout/env_steps_total"] == records[1]["rollout/env_steps"] + records[2]["rollout/env_steps"]
+    grad_norm = records[-1]["actor/grad_norm"]  # logged as the string "nan" when no norm was measured
+    assert isinstance(grad_norm, float) and grad_norm >= 0.0, grad_norm  # 0 when every advantage is 0
     if estimator == "ppo":
         assert "critic/grad_norm" in records[-1]
     assert_loadable_checkpoint(run, 2)
