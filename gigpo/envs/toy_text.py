@@ -6,6 +6,7 @@ the TimeLimit that `gymnasium.make(..., max_episode_steps=)` puts around the age
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, Callable, Optional
 
 import gymnasium as gym
@@ -17,6 +18,8 @@ from gigpo.envs.base import AgentEnv, rng_seed
 Renderer = Callable[[gym.Env, int], str]
 #: (inner env, its state, last reward, terminated) -> whether the task is solved
 WinTest = Callable[[gym.Env, int, float, bool], bool]
+#: (inner env, its state) -> index of an expert's action, or None (no expert, or no way to win)
+Expert = Callable[[gym.Env, int], Optional[int]]
 
 
 def _terminated(inner: gym.Env, state: int, reward: float, terminated: bool) -> bool:
@@ -27,8 +30,8 @@ class DiscreteTextEnv(AgentEnv):
     """An agent env over a Gymnasium env with Discrete observations and actions."""
 
     def __init__(self, inner: gym.Env, action_names: list[str], render_state: Renderer, task: str,
-                 won: WinTest = _terminated, invalid_action_penalty: float = 0.1,
-                 render_mode: Optional[str] = None) -> None:
+                 won: WinTest = _terminated, expert: Optional[Expert] = None,
+                 invalid_action_penalty: float = 0.1, render_mode: Optional[str] = None) -> None:
         super().__init__(invalid_action_penalty, render_mode)
         inner = inner.unwrapped
         for name, space in (("observation", inner.observation_space), ("action", inner.action_space)):
@@ -39,6 +42,7 @@ class DiscreteTextEnv(AgentEnv):
             raise ValueError(f"action_names={action_names} must be {inner.action_space.n} distinct names, "
                              f"one per action of {type(inner).__name__}")
         self.inner, self.action_names, self.render_state, self.is_won = inner, list(action_names), render_state, won
+        self.expert = expert
         self.task = task
         self.state = 0
 
@@ -54,6 +58,12 @@ class DiscreteTextEnv(AgentEnv):
     def admissible_actions(self) -> list[str]:
         return list(self.action_names)
 
+    def expert_action(self) -> Optional[str]:
+        if self.expert is None:
+            return None
+        index = self.expert(self.inner, int(self.state))
+        return None if index is None else self.action_names[index]
+
     def close(self) -> None:
         self.inner.close()
 
@@ -65,6 +75,33 @@ def _render_lake(inner: gym.Env, state: int) -> str:
     row, col = divmod(state, inner.ncol)
     rows[row][col] = "P"
     return "\n".join("".join(r) for r in rows)
+
+
+# FrozenLake's action indices: 0 left, 1 down, 2 right, 3 up
+_LAKE_MOVES = ((0, -1), (1, 0), (0, 1), (-1, 0))
+
+
+def lake_expert(inner: gym.Env, state: int) -> Optional[int]:
+    """First move of a shortest hole-free path to G (breadth-first search), or None if none exists.
+
+    Optimal on non-slippery ice; on slippery ice it is the path a careful walker would aim for.
+    """
+    desc, nrow, ncol = inner.desc, inner.nrow, inner.ncol
+    start = divmod(state, ncol)
+    first: dict[tuple[int, int], Optional[int]] = {start: None}
+    frontier = deque([start])
+    while frontier:
+        cell = frontier.popleft()
+        if desc[cell[0]][cell[1]] == b"G":
+            return first[cell]
+        if desc[cell[0]][cell[1]] == b"H":
+            continue
+        for action, (dr, dc) in enumerate(_LAKE_MOVES):
+            nxt = (cell[0] + dr, cell[1] + dc)
+            if 0 <= nxt[0] < nrow and 0 <= nxt[1] < ncol and nxt not in first:
+                first[nxt] = action if first[cell] is None else first[cell]
+                frontier.append(nxt)
+    return None
 
 
 class _RandomLakeEnv(DiscreteTextEnv):
@@ -89,7 +126,7 @@ def frozen_lake(is_slippery: bool = False, map_name: str = "4x4", map_size: Opti
     task = ("Walk from S to the goal G over the frozen lake without falling into a hole H. "
             "P is you, F is safe ice." + (" The ice is slippery: you may slide sideways." if is_slippery else ""))
     common = dict(action_names=["left", "down", "right", "up"], render_state=_render_lake, task=task,
-                  won=lambda inner, state, reward, terminated: reward > 0, **kwargs)
+                  won=lambda inner, state, reward, terminated: reward > 0, expert=lake_expert, **kwargs)
     if map_size is not None:
         if map_size < 2:
             raise ValueError(f"map_size={map_size} must be at least 2")

@@ -9,7 +9,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import gigpo.envs
-from gigpo.envs.toy_text import DiscreteTextEnv
+from gigpo.envs.toy_text import DiscreteTextEnv, lake_expert
 from gigpo.envs.twenty_four import ExpressionError, evaluate
 
 
@@ -43,6 +43,31 @@ def test_random_lake_maps_follow_the_seed():
     env = gym.make("gigpo/FrozenLake-v0", map_size=6)
     maps = [env.reset(seed=s)[0] for s in (0, 0, 1)]
     assert maps[0] == maps[1] != maps[2] and len(maps[0].splitlines()) == 6
+
+
+def test_lake_expert_walks_a_shortest_safe_path():
+    env = gym.make("gigpo/FrozenLake-v0", map_size=5, max_episode_steps=50)
+    for seed in range(30):
+        env.reset(seed=seed)
+        moves, terminated, info = 0, False, {}
+        while not terminated and moves < 50:
+            action = env.unwrapped.expert_action()
+            assert action is not None, f"seed {seed}: no expert move on a solvable map"
+            _, _, terminated, _, info = env.step(f"<action>{action}</action>")
+            moves += 1
+        assert info["won"], f"seed {seed}: the expert fell into a hole or wandered"
+        assert moves >= 8  # at least the Manhattan distance from the top-left start to the bottom-right goal
+    lake = gym.make("gigpo/FrozenLake-v0")  # the fixed 4x4 map, whose shortest safe path is 6 moves
+    lake.reset(seed=0)
+    path = []
+    while not lake.unwrapped.won():
+        path.append(lake.unwrapped.expert_action())
+        lake.step(f"<action>{path[-1]}</action>")
+    assert len(path) == 6 and path[0] == "down"
+    walled = DiscreteTextEnv(gym.make("FrozenLake-v1", desc=["SH", "HG"], is_slippery=False), ["left", "down", "right", "up"],
+                             lambda e, s: str(s), "task", expert=lake_expert)
+    walled.reset(seed=0)
+    assert walled.expert_action() is None
 
 
 def test_cliff_walking_and_taxi_render_and_score():
