@@ -143,6 +143,28 @@ def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int]
     return result.metrics(prefix)
 
 
+def warm_up(config: Config, model_path: str, pool, prompt_fn, tokenizer, warm_dir: Path) -> None:
+    """Supervised warm-up on expert demonstrations into warm_dir/hf, reused from the cache when identical."""
+    from gigpo.envs.demos import collect_demonstrations
+    from gigpo.local_model import default_cache_dir
+    from gigpo.trainer.warmup import cached_warmup, response_ids, supervised_warmup, warmup_cache_key
+
+    t, e = config.trainer, config.env
+
+    def build(out_dir: Path) -> Path:
+        demo_seeds = [e.train_seed_start + 5_000_000_000 + t.seed * 100_000 + i for i in range(t.sft_rooms)]
+        demos = collect_demonstrations(pool, demo_seeds, explore=1.0 - t.sft_expert_share, seed=t.seed)
+        prompts = prompt_fn([d.view for d in demos])
+        pairs = [(p, response_ids(tokenizer, d.action)) for p, d in zip(prompts, demos)]
+        print(f"warm-up: {len(pairs)} expert-labelled states from {len(demo_seeds)} tasks", flush=True)
+        return supervised_warmup(model_path, out_dir, pairs, t.sft_steps, t.sft_lr, t.sft_batch_size, t.seed,
+                                 config.logging.progress)
+
+    settings = {"model": model_path, "env": e.model_dump(mode="json", exclude={"workers", "step_timeout_s", "eval_episodes", "eval_seed_start", "eval_kwargs", "num_groups", "group_size"}),
+                "sft": {k: v for k, v in t.model_dump(mode="json").items() if k.startswith("sft_")}, "seed": t.seed}
+    cached_warmup(default_cache_dir().parent / "warmups", warmup_cache_key(settings), warm_dir, build)
+
+
 def build_verifier(config: Config, generator, vocab_size: int, world_size: int):
     """The probe that checks every sync (rollout.verify_sync); needs the full model on rank 0."""
     from gigpo.rollout.verify import SyncVerifier, default_atol
@@ -208,15 +230,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
     warm_dir = run_dir / "warmup"
     if t.sft_steps > 0:
         if main and not (warm_dir / "hf" / "config.json").is_file():
-            from gigpo.envs.demos import collect_demonstrations
-            from gigpo.trainer.warmup import response_ids, supervised_warmup
-
-            demo_seeds = [e.train_seed_start + 5_000_000_000 + t.seed * 100_000 + i for i in range(t.sft_rooms)]
-            demos = collect_demonstrations(pool, demo_seeds, explore=1.0 - t.sft_expert_share, seed=t.seed)
-            prompts = prompt_fn([d.view for d in demos])
-            pairs = [(p, response_ids(tokenizer, d.action)) for p, d in zip(prompts, demos)]
-            print(f"warm-up: {len(pairs)} expert-labelled states from {len(demo_seeds)} tasks", flush=True)
-            supervised_warmup(model_path, warm_dir, pairs, t.sft_steps, t.sft_lr, t.sft_batch_size, t.seed, config.logging.progress)
+            warm_up(config, model_path, pool, prompt_fn, tokenizer, warm_dir)
         barrier()
         model_path = str(warm_dir / "hf")
 

@@ -11,8 +11,13 @@ loads like any other, and that `gigpo eval` can score as the warm-up baseline.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import random
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 from tqdm import tqdm
@@ -62,4 +67,48 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
     model.save_pretrained(staging, safe_serialization=True)
     tokenizer.save_pretrained(staging)
     staging.rename(target)
+    return target
+
+
+def warmup_cache_key(settings: dict[str, Any]) -> str:
+    """A digest of everything a warm-up's result depends on, environment code included.
+
+    `settings` holds the model source, the env and prompt settings and the sft_* knobs; the sources of
+    gigpo/envs and of this file are hashed too, so changing how rooms or labels are made (or how the
+    warm-up trains) never reuses a stale result.
+    """
+    digest = hashlib.blake2b(json.dumps(settings, sort_keys=True, default=str).encode(), digest_size=10)
+    package = Path(__file__).resolve().parents[1]
+    for source in sorted((package / "envs").rglob("*.py")) + [Path(__file__).resolve()]:
+        digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def cached_warmup(cache_root: Path, key: str, out_dir: Path, build: Callable[[Path], Path]) -> Path:
+    """out_dir/hf from the cache when this exact warm-up was done before, else build it and store a copy.
+
+    Runs of one comparison that share a seed share the warm-up (about a minute and a half each on CPU).
+    Concurrent runs may both build; the first to finish fills the cache and the other's copy is dropped.
+    """
+    target = Path(out_dir) / "hf"
+    cached = Path(cache_root) / key
+    if (cached / "config.json").is_file():
+        staging = Path(out_dir) / "hf.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(cached, staging)
+        staging.rename(target)
+        print(f"warm-up: reusing {cached}", flush=True)
+        return target
+    build(Path(out_dir))
+    cache_root = Path(cache_root)
+    cache_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_root))
+    try:
+        shutil.copytree(target, staging, dirs_exist_ok=True)
+        try:
+            staging.rename(cached)
+        except OSError:  # another run stored the same warm-up first
+            pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return target
