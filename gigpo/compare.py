@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -61,6 +62,9 @@ def run_all(recipe: str, out: Path, algos: Sequence[str], seeds: Sequence[int], 
     running: list[tuple[str, int, subprocess.Popen, Any]] = []
     total = len(algos) * len(seeds)
     print(f"compare: {total - len(pending)}/{total} runs already done, {len(pending)} to run", flush=True)
+    child_env = dict(os.environ)
+    if parallel > 1:  # share the cores instead of every run starting one thread per core
+        child_env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // parallel)))
     while pending or running:
         while pending and len(running) < parallel:
             algo, seed = pending.pop(0)
@@ -69,7 +73,7 @@ def run_all(recipe: str, out: Path, algos: Sequence[str], seeds: Sequence[int], 
             log = (run_dir / "train.log").open("a")
             cmd = train_command(recipe, run_dir, algo, seed, budget, overrides)
             print(f"compare: start {algo} seed {seed} -> {run_dir} (log: {run_dir / 'train.log'})", flush=True)
-            running.append((algo, seed, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
+            running.append((algo, seed, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env), log))
         time.sleep(1.0)
         for item in list(running):
             algo, seed, proc, log = item
