@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_SIZE", "MASTER_ADDR", "MASTER_PORT", "CROSS_RANK", "CROSS_SIZE")
 
@@ -35,8 +36,8 @@ def train(run_dir: Path, *overrides: str, resume: bool = False, check: bool = Tr
 
 
 
-def gigpo(*args: str) -> subprocess.CompletedProcess:
+def gigpo(*args: str, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "gigpo.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=900,
-                          env=clean_env())
+                          env={**clean_env(), **(env or {})})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc

@@ -2,16 +2,21 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from run_helpers import SMALL, gigpo
 
 
-def test_compare_writes_report_and_curves_and_resumes(tmp_path: Path) -> None:
+def test_compare_writes_report_and_curves_and_resumes(tmp_path: Path, tiny_model_dir: Path) -> None:
     out = tmp_path / "cmp"
+    # a private cache holding only the tiny model, so the warm-ups below are built here, not found
+    cache = tmp_path / "cache"
+    shutil.copytree(tiny_model_dir, cache / "models" / tiny_model_dir.name)
     args = ["compare", "recipes/sokoban_tiny.yaml", *SMALL, "trainer.iterations=3", "trainer.eval_every=1",
+            "trainer.sft_steps=2", "trainer.sft_rooms=3", "trainer.sft_batch_size=4",
             "--algos", "gigpo,grpo", "--seeds", "2", "--budget", "12", "--out", str(out)]
-    first = gigpo(*args)
+    first = gigpo(*args, env={"GIGPO_CACHE": str(cache)})
     report = (out / "report.md").read_text()
     assert "| gigpo |" in report and "| grpo |" in report and "Welch t" in report
     assert (out / "curves.png").stat().st_size > 0
@@ -21,6 +26,14 @@ def test_compare_writes_report_and_curves_and_resumes(tmp_path: Path) -> None:
         assert max(r["iteration"] for r in records) == 1
         assert records[-1]["rollout/env_steps_total"] >= 12
     assert "4 to run" in first.stdout
+    # runs of one seed share a warm-up: the second algorithm copies the first one's, seeds differ
+    for seed in (0, 1):
+        assert "warm-up: reusing" not in (out / f"gigpo-s{seed}" / "train.log").read_text()
+        assert "warm-up: reusing" in (out / f"grpo-s{seed}" / "train.log").read_text()
+        weights = [(out / f"{algo}-s{seed}" / "warmup" / "hf" / "model.safetensors").read_bytes() for algo in ("gigpo", "grpo")]
+        assert weights[0] == weights[1]
+    assert (out / "gigpo-s0" / "warmup" / "hf" / "model.safetensors").read_bytes() != \
+        (out / "gigpo-s1" / "warmup" / "hf" / "model.safetensors").read_bytes()
     again = gigpo(*args)  # every run is done: nothing reruns, the report is rebuilt
     assert "4/4 runs already done" in again.stdout
 
