@@ -115,6 +115,9 @@ class AlgorithmConfig(Section):
     episode_stats: Literal["trajectory", "steps"] = "trajectory"
     similarity: Optional[float] = Field(None, gt=0.0, le=1.0)
     """Similarity threshold for anchor grouping; None groups by exact anchor."""
+    step_min_spread: float = Field(0.0, ge=0.0)
+    """GiGPO: step groups whose discounted returns span no more than this get no step advantage (a
+    remedy for std normalisation blowing up step-penalty-only differences; 0 keeps every group)."""
     dynamic_sampling: bool = False
     max_resample: int = Field(3, ge=0)
     clip_low: float = Field(0.2, ge=0.0)

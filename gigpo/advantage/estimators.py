@@ -29,7 +29,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from gigpo.advantage.rows import AdvantageInputError, StepRows
-from gigpo.advantage.segments import TrajectoryLayout, dense_pair_ids, normalise_in_groups
+from gigpo.advantage.segments import TrajectoryLayout, dense_pair_ids, group_spread, normalise_in_groups
 from gigpo.advantage.similarity import check_threshold, similarity_step_groups
 
 NORMS = ("std", "mean")
@@ -40,7 +40,8 @@ EPISODE_STATS = ("trajectory", "steps")
 class AdvantageOptions:
     """Every knob an estimator may read; each estimator uses the ones its definition names.
 
-    No defaults here: they live once, in gigpo.config.AlgorithmConfig.
+    No defaults here (they live once, in gigpo.config.AlgorithmConfig), except the "off" value of
+    opt-in remedies such as `step_min_spread`.
     """
 
     gamma: float
@@ -50,6 +51,9 @@ class AdvantageOptions:
     episode_stats: str
     similarity: Optional[float]
     """None groups steps by exact anchor key; a threshold in (0, 1] groups by anchor-text similarity."""
+    step_min_spread: float = 0.0
+    """GiGPO: a step group whose discounted returns span no more than this gets step advantage 0 (e.g.
+    groups where every action failed and returns differ only by step penalties); 0 keeps every group."""
 
     def __post_init__(self) -> None:
         for name in ("gamma", "lam"):
@@ -66,6 +70,8 @@ class AdvantageOptions:
             )
         if self.similarity is not None:
             check_threshold(self.similarity)
+        if not (np.isfinite(self.step_min_spread) and self.step_min_spread >= 0.0):
+            raise AdvantageInputError(f"step_min_spread={self.step_min_spread!r} must be a finite number >= 0")
 
 
 @dataclass(frozen=True, eq=False)  # arrays: compare fields with numpy, not ==
@@ -107,11 +113,12 @@ def get_estimator(name: str) -> Estimator:
 
 def compute_advantages(
     name: str, rows: StepRows, *, gamma: float, lam: float, step_weight: float, norm: str,
-    episode_stats: str, similarity: Optional[float],
+    episode_stats: str, similarity: Optional[float], step_min_spread: float = 0.0,
 ) -> AdvantageResult:
     """Run the estimator `name` on `rows` (the trainer's one call; pass AlgorithmConfig's values)."""
     options = AdvantageOptions(
         gamma=gamma, lam=lam, step_weight=step_weight, norm=norm, episode_stats=episode_stats, similarity=similarity,
+        step_min_spread=step_min_spread,
     )
     return get_estimator(name)(rows, options)
 
@@ -167,6 +174,8 @@ def gigpo(rows: StepRows, options: AdvantageOptions) -> AdvantageResult:
     returns = layout.reverse_discounted_sum(rows.reward, options.gamma)
     group_of_step, n_step_groups = step_groups(rows, layout, options.similarity)
     step = normalise_in_groups(returns, group_of_step, n_step_groups, options.norm)
+    if options.step_min_spread > 0.0:
+        step[group_spread(returns, group_of_step, n_step_groups)[group_of_step] <= options.step_min_spread] = 0.0
     size = np.bincount(group_of_step, minlength=n_step_groups)[group_of_step]
     return _result(episode + options.step_weight * step, episode, step, size, returns)
 

@@ -57,6 +57,15 @@ def normalise_in_groups(x: np.ndarray, ids: np.ndarray, n_ids: int, norm: str) -
     return out
 
 
+def group_spread(x: np.ndarray, ids: np.ndarray, n_ids: int) -> np.ndarray:
+    """(n_ids,) max - min of x within each group (0 for empty groups)."""
+    high = np.full(n_ids, -np.inf)
+    low = np.full(n_ids, np.inf)
+    np.maximum.at(high, ids, x)
+    np.minimum.at(low, ids, x)
+    return np.where(np.isfinite(high), high - low, 0.0)
+
+
 @dataclass(frozen=True)
 class TrajectoryLayout:
     """Where each row sits in its trajectory; computed once per batch from (group, traj, step)."""

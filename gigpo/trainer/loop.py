@@ -312,7 +312,8 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
                     values = [float(v[0]) for v in token_values]
                 rows = step_rows(steps, values)
                 result = compute_advantages(a.estimator, rows, gamma=a.gamma, lam=a.lam, step_weight=a.step_weight,
-                                            norm=a.norm, episode_stats=a.episode_stats, similarity=a.similarity)
+                                            norm=a.norm, episode_stats=a.episode_stats, similarity=a.similarity,
+                                            step_min_spread=a.step_min_spread)
                 check_finite("advantages", result.advantage, iteration, "advantage")
                 if main:
                     metrics.update(step_group_diagnostics(result))

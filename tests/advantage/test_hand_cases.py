@@ -30,6 +30,27 @@ def test_gigpo_two_trajectories_sharing_the_first_state():
     np.testing.assert_allclose(out.returns, [0.95, 1.0, 0.0, 0.0, 1.0])
 
 
+def test_step_min_spread_drops_step_groups_that_differ_only_by_step_penalties():
+    # group 0: three trajectories pass state 4. Two fail (returns -0.1 and -0.19 from there: penalties
+    # only), one wins from state 8. Step group "4" spans 11.0 - (-0.19); group "8" (one row) is a singleton.
+    rows = StepRows(group=[0, 0, 0, 0, 0, 0], traj=[0, 0, 1, 1, 2, 2], step=[0, 1, 0, 1, 0, 1],
+                    reward=[-0.1, -0.1, -0.1, 0.0, -0.1, 11.0], anchor=[4, 5, 4, 6, 8, 4])
+    kept = run("gigpo", rows, gamma=0.9)
+    dropped = run("gigpo", rows, gamma=0.9, step_min_spread=1.0)
+    # rows of anchor 4: returns -0.19, -0.1, 11.0: spread 11.19 > 1, so the group keeps its step advantage
+    np.testing.assert_allclose(dropped.step_advantage, kept.step_advantage)
+    # now only the two failures share state 4 (the winner's row is in another group): spread 0.09 <= 1
+    rows2 = StepRows(group=[0, 0, 0, 0, 1, 1], traj=[0, 0, 1, 1, 2, 2], step=[0, 1, 0, 1, 0, 1],
+                     reward=[-0.1, -0.1, -0.1, 0.0, -0.1, 11.0], anchor=[4, 5, 4, 6, 8, 4])
+    kept2 = run("gigpo", rows2, gamma=0.9)
+    dropped2 = run("gigpo", rows2, gamma=0.9, step_min_spread=1.0)
+    assert abs(kept2.step_advantage[0]) > 0.5   # std normalisation turns a 0.09 gap into about +-0.7
+    np.testing.assert_allclose(dropped2.step_advantage, 0.0)
+    np.testing.assert_allclose(dropped2.episode_advantage, kept2.episode_advantage)
+    with pytest.raises(ValueError, match="step_min_spread"):
+        run("gigpo", rows, step_min_spread=-1.0)
+
+
 def test_repeat_visits_of_one_trajectory_form_a_step_group_and_steps_order_by_index_not_input():
     # One trajectory loops back to state 1: steps 0 and 2 (given out of order, with gaps in the index).
     rows = StepRows(group=[0, 0, 0, 0], traj=[0, 0, 0, 1], step=[20, 0, 10, 0], reward=[1, 0, 0, 0], anchor=[3, 1, 1, 9])
