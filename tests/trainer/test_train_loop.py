@@ -56,6 +56,7 @@ def test_two_iterations_with_hf_generation(tmp_path: Path, estimator: str) -> No
 
 def test_two_ranks_zero2_with_vllm(tmp_path: Path) -> None:
     run = tmp_path / "vllm2"
+    buffers_before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"))
     train(run, "rollout.backend=vllm", "rollout.verify_sync=true", "trainer.nprocs=2", "trainer.zero_stage=2",
           "trainer.iterations=2", "trainer.save_every=1", "model.dtype=fp32")
     records = metrics(run)
@@ -63,6 +64,8 @@ def test_two_ranks_zero2_with_vllm(tmp_path: Path) -> None:
     assert_loadable_checkpoint(run, 2)
     meta = json.loads((run / "checkpoints" / "2" / "meta.json").read_text())
     assert meta["world_size"] == 2
+    # DeepSpeed's CPU all-reduce buffers (64 MiB per rank in RAM-backed /dev/shm) are removed at shutdown
+    assert set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")) <= buffers_before
 
 
 def test_sigkill_in_iteration_3_then_resume_continues_exactly(tmp_path: Path) -> None:
