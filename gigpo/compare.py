@@ -34,6 +34,9 @@ class RunResult:
     success: list[float]    # eval success at those points
     iter_seconds: float
     peak_rss_gb: float
+    eval_episodes: int = 0
+    final_entropy: float = float("nan")   # mean token entropy of the policy over the last 5 iterations
+    final_invalid: float = float("nan")   # share of invalid actions in training rollouts, last 5 iterations
 
     @property
     def final(self) -> float:
@@ -96,8 +99,15 @@ def load_run(out: Path, algo: str, seed: int) -> RunResult:
     evals = [r for r in records if SUCCESS_KEY in r and STEPS_KEY in r]
     iter_times = [r["time/iteration"] for r in records if "time/iteration" in r]
     rss = [r["perf/peak_rss_gb"] for r in records if "perf/peak_rss_gb" in r]
+
+    def tail_mean(key: str) -> float:
+        values = [r[key] for r in records if isinstance(r.get(key), (int, float))][-5:]
+        return float(np.mean(values)) if values else float("nan")
+
     return RunResult(algo, seed, [float(r[STEPS_KEY]) for r in evals], [float(r[SUCCESS_KEY]) for r in evals],
-                     float(np.mean(iter_times)) if iter_times else float("nan"), max(rss) if rss else float("nan"))
+                     float(np.mean(iter_times)) if iter_times else float("nan"), max(rss) if rss else float("nan"),
+                     int(evals[-1].get("eval/episodes", 0)) if evals else 0,
+                     tail_mean("loss/entropy"), tail_mean("rollout/invalid_action_rate"))
 
 
 def success_at(run: RunResult, budget: float) -> float:
@@ -139,6 +149,10 @@ def efficiency_ratio(runs: dict[str, list[RunResult]], fast: str = "gigpo", slow
     if fast not in runs or slow not in runs:
         return None
     target = float(np.mean([r.final for r in runs[slow]]))
+    start = float(np.mean([r.success[0] for r in runs[slow] if r.success]))
+    if target <= start:
+        return (f"no ratio: {slow}'s final mean success ({target:.1%}) is not above its start ({start:.1%}), "
+                f"so there is no gain whose cost could be compared")
     slow_steps = float(np.mean([r.steps[-1] for r in runs[slow] if r.steps]))
     reach = [steps_to_reach(r, target) for r in runs[fast]]
     if any(math.isnan(x) for x in reach):
@@ -149,6 +163,15 @@ def efficiency_ratio(runs: dict[str, list[RunResult]], fast: str = "gigpo", slow
             f"on average: {ratio:.2f}x of {slow}'s {slow_steps:,.0f}")
 
 
+def _standard_error_note(runs: dict[str, list[RunResult]]) -> str:
+    counts = [r.eval_episodes for rs in runs.values() for r in rs if r.eval_episodes]
+    if not counts:
+        return ""
+    n = min(counts)
+    return (f" Each evaluation plays {n} episodes: the standard error of one success rate is at most "
+            f"{50 / math.sqrt(n):.1f} points (at 50%).")
+
+
 def write_report(out: Path, recipe: str, algos: Sequence[str], seeds: Sequence[int], command: str) -> Path:
     from gigpo.plots import plot_comparison
 
@@ -157,7 +180,7 @@ def write_report(out: Path, recipe: str, algos: Sequence[str], seeds: Sequence[i
     budgets = [max_steps * f for f in (0.25, 0.5, 0.75, 1.0)] if max_steps else []
     lines = [f"# Comparison on `{recipe}`", "", f"Command: `{command}`", "",
              f"Seeds: {', '.join(map(str, seeds))}. Success is greedy evaluation on held-out seeds, "
-             "mean ± std over seeds, in percent.", ""]
+             "mean ± std over seeds, in percent." + _standard_error_note(runs), ""]
     lines += ["## Success at environment-step budgets", "",
               "| algorithm | " + " | ".join(f"{b:,.0f} steps" for b in budgets) + " | final |",
               "|---|" + "---|" * (len(budgets) + 1)]
@@ -174,6 +197,11 @@ def write_report(out: Path, recipe: str, algos: Sequence[str], seeds: Sequence[i
     for algo in algos:
         lines.append(f"| {algo} | {_fmt([r.iter_seconds for r in runs[algo]], 1.0, 2)} "
                      f"| {_fmt([r.peak_rss_gb for r in runs[algo]], 1.0, 2)} |")
+    lines += ["", "## Policy at the end (mean of the last 5 iterations)", "",
+              "| algorithm | token entropy | invalid-action rate (%) |", "|---|---|---|"]
+    for algo in algos:
+        lines.append(f"| {algo} | {_fmt([r.final_entropy for r in runs[algo]], 1.0, 3)} "
+                     f"| {_fmt([r.final_invalid for r in runs[algo]])} |")
     lines += ["", "## GiGPO vs GRPO", ""]
     if "gigpo" in runs and "grpo" in runs:
         lines.append(f"- Final success: {welch_test([r.final for r in runs['gigpo']], [r.final for r in runs['grpo']])}")

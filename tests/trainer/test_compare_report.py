@@ -1,0 +1,28 @@
+"""The numbers of a comparison report, on hand-made learning curves."""
+from __future__ import annotations
+
+from gigpo.compare import RunResult, efficiency_ratio, steps_to_reach, success_at
+
+
+def run(algo: str, seed: int, steps: list[float], success: list[float]) -> RunResult:
+    return RunResult(algo, seed, steps, success, iter_seconds=1.0, peak_rss_gb=1.0)
+
+
+def test_budget_and_level_lookups_use_the_last_eval_within_the_budget_and_the_first_reaching_the_level():
+    r = run("gigpo", 0, [0, 1000, 2000, 3000], [0.2, 0.35, 0.3, 0.5])
+    assert success_at(r, 1999) == 0.35 and success_at(r, 2000) == 0.3 and success_at(r, 99999) == 0.5
+    assert steps_to_reach(r, 0.3) == 1000 and steps_to_reach(r, 0.5) == 3000
+    assert steps_to_reach(r, 0.6) != steps_to_reach(r, 0.6)  # nan: never reached
+
+
+def test_efficiency_ratio_is_gigpo_steps_to_grpo_final_over_grpo_steps():
+    runs = {"grpo": [run("grpo", s, [0, 1000, 2000, 4000], [0.2, 0.25, 0.3, 0.4]) for s in (0, 1)],
+            "gigpo": [run("gigpo", 0, [0, 1000, 2000, 4000], [0.2, 0.3, 0.4, 0.5]),
+                      run("gigpo", 1, [0, 1000, 2000, 4000], [0.2, 0.45, 0.5, 0.5])]}
+    text = efficiency_ratio(runs)
+    assert "after 1,500 env steps" in text and "0.38x of grpo's 4,000" in text  # (2000 + 1000) / 2 / 4000
+
+
+def test_no_ratio_when_the_baseline_did_not_improve_on_its_start():
+    runs = {"grpo": [run("grpo", 0, [0, 1000], [0.3, 0.25])], "gigpo": [run("gigpo", 0, [0, 1000], [0.3, 0.4])]}
+    assert efficiency_ratio(runs).startswith("no ratio")
