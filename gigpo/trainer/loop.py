@@ -302,6 +302,8 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
                     metrics["rollout/env_steps_total"] = float(state["env_steps_total"])
 
             steps = broadcast_object(steps if main else None)
+            state["env_steps_total"] = broadcast_object(state["env_steps_total"])  # every rank sees the budget
+            last = iteration == t.iterations or bool(t.max_env_steps and state["env_steps_total"] >= t.max_env_steps)
 
             # ---- advantages on the real rows only (no padding, no duplicates); every rank computes the
             # same pure function, so only the rollout crosses processes
@@ -354,7 +356,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
             with timer("sync"):
                 sync_weights(actor, generator, version=iteration, verifier=verifier)
 
-            if main and (iteration % t.eval_every == 0 or iteration == t.iterations):
+            if main and (iteration % t.eval_every == 0 or last):  # the final policy is always evaluated
                 with timer("eval"):
                     metrics.update(evaluate(config, eval_pool, generator, prompt_fn))
             metrics.update(timer.metrics())
@@ -363,16 +365,14 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
             # ---- checkpoint (collective), then the metrics line that says the iteration is done
             state["iteration"] = iteration
-            if iteration % t.save_every == 0 or iteration == t.iterations:
+            if iteration % t.save_every == 0 or last:
                 save_checkpoint(run_dir, iteration, actor, tokenizer, critic, loop_state=state, keep_last=t.keep_last)
             if main:
                 logger.log(iteration, metrics)
                 print(logger.summary_line(iteration, t.iterations, metrics), flush=True)
-            if t.max_env_steps and state["env_steps_total"] >= t.max_env_steps:
-                if main:
+            if last:
+                if main and iteration < t.iterations:
                     print(f"gigpo: reached trainer.max_env_steps={t.max_env_steps}; stopping", flush=True)
-                if iteration % t.save_every != 0:
-                    save_checkpoint(run_dir, iteration, actor, tokenizer, critic, loop_state=state, keep_last=t.keep_last)
                 break
         summary = finish(run_dir, state) if main else {}
     finally:

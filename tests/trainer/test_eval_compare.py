@@ -13,7 +13,7 @@ def test_compare_writes_report_and_curves_and_resumes(tmp_path: Path, tiny_model
     # a private cache holding only the tiny model, so the warm-ups below are built here, not found
     cache = tmp_path / "cache"
     shutil.copytree(tiny_model_dir, cache / "models" / tiny_model_dir.name)
-    args = ["compare", "recipes/sokoban_tiny.yaml", *SMALL, "trainer.iterations=3", "trainer.eval_every=1",
+    args = ["compare", "recipes/sokoban_tiny.yaml", *SMALL, "trainer.iterations=3", "trainer.eval_every=2",
             "trainer.sft_steps=2", "trainer.sft_rooms=3", "trainer.sft_batch_size=4",
             "--algos", "gigpo,grpo", "--seeds", "2", "--budget", "12", "--out", str(out)]
     first = gigpo(*args, env={"GIGPO_CACHE": str(cache)})
@@ -25,6 +25,8 @@ def test_compare_writes_report_and_curves_and_resumes(tmp_path: Path, tiny_model
         # the budget stops a run once 12 env steps are reached (12 per iteration here): after iteration 1
         assert max(r["iteration"] for r in records) == 1
         assert records[-1]["rollout/env_steps_total"] >= 12
+        # the run stopped by its budget evaluates and saves its final policy (eval_every=2 would skip 1)
+        assert "eval/success" in records[-1] and (out / run / "checkpoints" / "1" / "hf").is_dir()
     assert "4 to run" in first.stdout
     # runs of one seed share a warm-up: the second algorithm copies the first one's, seeds differ
     for seed in (0, 1):
