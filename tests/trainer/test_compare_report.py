@@ -1,6 +1,8 @@
 """The numbers of a comparison report, on hand-made learning curves."""
 from __future__ import annotations
 
+import pytest
+
 from gigpo.compare import RunResult, efficiency_ratio, steps_to_reach, success_at
 
 
@@ -26,3 +28,8 @@ def test_efficiency_ratio_is_gigpo_steps_to_grpo_final_over_grpo_steps():
 def test_no_ratio_when_the_baseline_did_not_improve_on_its_start():
     runs = {"grpo": [run("grpo", 0, [0, 1000], [0.3, 0.25])], "gigpo": [run("gigpo", 0, [0, 1000], [0.3, 0.4])]}
     assert efficiency_ratio(runs).startswith("no ratio")
+
+
+def test_smoothed_final_averages_the_last_three_evaluations_after_the_start():
+    assert run("gigpo", 0, [0, 1, 2, 3, 4], [0.1, 0.9, 0.2, 0.3, 0.4]).final_smoothed == pytest.approx(0.3)
+    assert run("gigpo", 0, [0, 1], [0.1, 0.5]).final_smoothed == 0.5   # the start never counts
