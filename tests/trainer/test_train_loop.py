@@ -57,8 +57,10 @@ def test_two_iterations_with_hf_generation(tmp_path: Path, estimator: str) -> No
 def test_two_ranks_zero2_with_vllm(tmp_path: Path) -> None:
     run = tmp_path / "vllm2"
     buffers_before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"))
+    # at most 12 env steps per iteration here, so a budget of 13 stops both ranks after iteration 2 of 3
+    # (rank 1 never counted env steps before the budget was broadcast, and would have waited forever)
     train(run, "rollout.backend=vllm", "rollout.verify_sync=true", "trainer.nprocs=2", "trainer.zero_stage=2",
-          "trainer.iterations=2", "trainer.save_every=1", "model.dtype=fp32")
+          "trainer.iterations=3", "trainer.max_env_steps=13", "trainer.save_every=1", "model.dtype=fp32")
     records = metrics(run)
     assert [r["iteration"] for r in records] == [0, 1, 2]
     assert_loadable_checkpoint(run, 2)
