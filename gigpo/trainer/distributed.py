@@ -99,8 +99,6 @@ def shutdown_distributed() -> None:
 def remove_shm_allreduce_buffer(rank: int) -> None:
     """Unlink this rank's /dev/shm buffer of DeepSpeed's CPU all-reduce (64 MiB each, never removed by
     DeepSpeed, so they pile up in RAM-backed /dev/shm run after run). The mapping stays valid until exit."""
-    import os
-
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
     if addr and port:
         path = f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}_{rank}"

@@ -247,6 +247,16 @@ class _TrainedEngine(_MicroBatchedModel):
     engine: Any
     updates: int = 0
     """update() calls so far; seeds each call's shuffle, restored from checkpoints."""
+    _value_head: bool = False
+
+    def __init__(self, model_path: str, settings: EngineSettings, loss: LossSettings):
+        self.settings, self.loss = settings, loss
+        self.info = init_distributed()
+        self.ds_config = deepspeed_config(settings)
+        model = _load_hf(model_path, settings, self.ds_config, value_head=self._value_head)
+        self._choose_layout(model)
+        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config,
+                                               lr_scheduler=warmup_schedule(settings.warmup_steps))
 
     def _module(self) -> torch.nn.Module:
         return self.engine
@@ -341,15 +351,6 @@ class ActorEngine(_TrainedEngine, _PolicyForward):
     """The policy: log-probs for old/ref computations and PPO-clip updates, weights for the generator."""
 
     _prefix = "actor"
-
-    def __init__(self, model_path: str, settings: EngineSettings, loss: LossSettings):
-        self.settings, self.loss = settings, loss
-        self.info = init_distributed()
-        self.ds_config = deepspeed_config(settings)
-        model = _load_hf(model_path, settings, self.ds_config, value_head=False)
-        self._choose_layout(model)
-        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config,
-                                               lr_scheduler=warmup_schedule(settings.warmup_steps))
 
     def _loss_agg(self) -> str:
         return self.loss.loss_agg
@@ -459,15 +460,7 @@ class CriticEngine(_TrainedEngine):
     """
 
     _prefix = "critic"
-
-    def __init__(self, model_path: str, settings: EngineSettings, loss: LossSettings):
-        self.settings, self.loss = settings, loss
-        self.info = init_distributed()
-        self.ds_config = deepspeed_config(settings)
-        model = _load_hf(model_path, settings, self.ds_config, value_head=True)
-        self._choose_layout(model)
-        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.ds_config,
-                                               lr_scheduler=warmup_schedule(settings.warmup_steps))
+    _value_head = True
 
     def _loss_agg(self) -> str:
         return "token-mean"

@@ -160,7 +160,9 @@ def warm_up(config: Config, model_path: str, pool, prompt_fn, tokenizer, warm_di
         return supervised_warmup(model_path, out_dir, pairs, t.sft_steps, t.sft_lr, t.sft_batch_size, t.seed,
                                  config.logging.progress)
 
-    settings = {"model": model_path, "env": e.model_dump(mode="json", exclude={"workers", "step_timeout_s", "eval_episodes", "eval_seed_start", "eval_kwargs", "num_groups", "group_size"}),
+    # only what changes the warm-up's result: not evaluation, batch shape or worker settings
+    irrelevant = {"workers", "step_timeout_s", "eval_episodes", "eval_seed_start", "eval_kwargs", "num_groups", "group_size"}
+    settings = {"model": model_path, "env": e.model_dump(mode="json", exclude=irrelevant),
                 "sft": {k: v for k, v in t.model_dump(mode="json").items() if k.startswith("sft_")}, "seed": t.seed}
     cached_warmup(default_cache_dir().parent / "warmups", warmup_cache_key(settings), warm_dir, build)
 
@@ -291,11 +293,19 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
                                 break
                             extra = rollout(pool, generator, prompt_fn, train_seeds(config, iteration, draw), e.group_size,
                                             settings, config.rollout.max_prompt_tokens, group_offset=draw * e.num_groups)
+                            check_finite("rewards", [s.reward for s in extra.steps], iteration, f"re-draw {draw}")
                             steps, episodes = steps + extra.steps, episodes + extra.episodes
                             keep |= informative_group_ids(extra.steps)
+                            metrics["rollout/draws"] = float(draw + 1)
                         kept = sorted(keep)[: e.num_groups]
                         metrics["rollout/kept_groups"] = float(len(kept))
+                        metrics["rollout/env_steps"] = float(len(steps))  # every step played counts toward the budget
                         steps = [s for s in steps if s.group in set(kept)]
+                        metrics["rollout/trained_steps"] = float(len(steps))
+                        if not steps:
+                            print(f"gigpo: iteration {iteration}: no group with differing returns after "
+                                  f"{int(metrics.get('rollout/draws', 1))} draw(s); skipping the update "
+                                  f"(raise algorithm.max_resample or make the start stronger)", flush=True)
                     metrics["time/generate"] = batch.seconds_generate
                     metrics["time/env"] = batch.seconds_env
                     state["env_steps_total"] += int(metrics["rollout/env_steps"])
@@ -305,56 +315,56 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
             state["env_steps_total"] = broadcast_object(state["env_steps_total"])  # every rank sees the budget
             last = iteration == t.iterations or bool(t.max_env_steps and state["env_steps_total"] >= t.max_env_steps)
 
-            # ---- advantages on the real rows only (no padding, no duplicates); every rank computes the
-            # same pure function, so only the rollout crosses processes
-            with timer("advantage"):
-                values = token_values = None
-                if critic is not None:  # V(s_t): the critic's value where the response starts
-                    token_values = critic.compute_values([TrainSample(s.prompt_ids, s.response_ids) for s in steps])
-                    values = [float(v[0]) for v in token_values]
-                rows = step_rows(steps, values)
-                result = compute_advantages(a.estimator, rows, gamma=a.gamma, lam=a.lam, step_weight=a.step_weight,
-                                            norm=a.norm, episode_stats=a.episode_stats, similarity=a.similarity,
-                                            step_min_spread=a.step_min_spread)
-                check_finite("advantages", result.advantage, iteration, "advantage")
-                if main:
-                    metrics.update(step_group_diagnostics(result))
-                    if config.logging.log_rollouts:
-                        from gigpo.advantage.jsonl import write_step_rows
+            # dynamic sampling can drop every group; such an iteration only plays, evaluates and saves
+            if steps:
+                # ---- advantages on the real rows only (no padding, no duplicates); every rank computes the
+                # same pure function, so only the rollout crosses processes
+                with timer("advantage"):
+                    values = token_values = None
+                    if critic is not None:  # V(s_t): the critic's value where the response starts
+                        token_values = critic.compute_values([TrainSample(s.prompt_ids, s.response_ids) for s in steps])
+                        values = [float(v[0]) for v in token_values]
+                    rows = step_rows(steps, values)
+                    result = compute_advantages(a.estimator, rows, gamma=a.gamma, lam=a.lam, step_weight=a.step_weight,
+                                                norm=a.norm, episode_stats=a.episode_stats, similarity=a.similarity,
+                                                step_min_spread=a.step_min_spread)
+                    check_finite("advantages", result.advantage, iteration, "advantage")
+                    if main:
+                        metrics.update(step_group_diagnostics(result))
+                        if config.logging.log_rollouts:
+                            from gigpo.advantage.jsonl import write_step_rows
 
-                        write_step_rows(run_dir / "rollouts" / f"{iteration:06d}.jsonl", rows)
-            samples_payload = [(s.prompt_ids, s.response_ids, float(adv), float(ret))
-                               for s, adv, ret in zip(steps, result.advantage, result.returns)]
-            samples = [TrainSample(p, r, advantage=adv) for p, r, adv, _ in samples_payload]
-            if not samples:
-                raise TrainingAborted(f"iteration {iteration}, phase rollout: no training samples (every group was dropped)")
+                            write_step_rows(run_dir / "rollouts" / f"{iteration:06d}.jsonl", rows)
+                samples_payload = [(s.prompt_ids, s.response_ids, float(adv), float(ret))
+                                   for s, adv, ret in zip(steps, result.advantage, result.returns)]
+                samples = [TrainSample(p, r, advantage=adv) for p, r, adv, _ in samples_payload]
+                # ---- log-probs: old (actor, before the update) and reference (for KL)
+                with timer("logprobs"):
+                    old = actor.compute_log_probs(samples)
+                    for sample, logp in zip(samples, old):
+                        sample.logp_old = logp
+                    if reference is not None:
+                        for sample, logp in zip(samples, reference.compute_log_probs(samples)):
+                            sample.logp_ref = logp
+                    if critic is not None:
+                        import torch
 
-            # ---- log-probs: old (actor, before the update) and reference (for KL)
-            with timer("logprobs"):
-                old = actor.compute_log_probs(samples)
-                for sample, logp in zip(samples, old):
-                    sample.logp_old = logp
-                if reference is not None:
-                    for sample, logp in zip(samples, reference.compute_log_probs(samples)):
-                        sample.logp_ref = logp
-                if critic is not None:
-                    import torch
+                        for sample, value, (_, _, _, ret) in zip(samples, token_values, samples_payload):
+                            sample.values_old = value
+                            sample.returns = torch.full_like(value, ret)
 
-                    for sample, value, (_, _, _, ret) in zip(samples, token_values, samples_payload):
-                        sample.values_old = value
-                        sample.returns = torch.full_like(value, ret)
+                # ---- PPO-clip update (and the critic's)
+                with timer("update"):
+                    update_metrics = actor.update(samples)
+                    if critic is not None:
+                        update_metrics.update(critic.update(samples))
+                    losses = [v for k, v in update_metrics.items() if k.startswith("loss/")]
+                    check_finite("loss", losses, iteration, "update")
+                    metrics.update(update_metrics)
 
-            # ---- PPO-clip update (and the critic's)
-            with timer("update"):
-                update_metrics = actor.update(samples)
-                if critic is not None:
-                    update_metrics.update(critic.update(samples))
-                check_finite("loss", [v for k, v in update_metrics.items() if k.startswith("loss/")], iteration, "update")
-                metrics.update(update_metrics)
-
-            # ---- weight sync into the generator
-            with timer("sync"):
-                sync_weights(actor, generator, version=iteration, verifier=verifier)
+                # ---- weight sync into the generator
+                with timer("sync"):
+                    sync_weights(actor, generator, version=iteration, verifier=verifier)
 
             if main and (iteration % t.eval_every == 0 or last):  # the final policy is always evaluated
                 with timer("eval"):

@@ -100,6 +100,25 @@ def test_sigkill_in_iteration_3_then_resume_continues_exactly(tmp_path: Path) ->
         assert got["rollout/tokens_generated"] == want["rollout/tokens_generated"]
 
 
+def test_dynamic_sampling_redraws_then_skips_an_update_without_signal(tmp_path: Path) -> None:
+    # an untrained model never writes a parsable action, so every episode of a group has the same
+    # return: each iteration draws 1 + max_resample times, keeps no group and must skip the update
+    run = tmp_path / "dynamic"
+    proc = train(run, "algorithm.dynamic_sampling=true", "algorithm.max_resample=2", "trainer.iterations=2",
+                 "trainer.save_every=1")
+    records = metrics(run)
+    assert [r["iteration"] for r in records] == [0, 1, 2]
+    played = 3 * 2 * 2 * 3  # draws x groups x episodes x steps (no episode can end early)
+    for i, record in enumerate(records[1:], start=1):
+        assert record["rollout/draws"] == 3 and record["rollout/kept_groups"] == 0
+        assert record["rollout/trained_steps"] == 0
+        assert record["rollout/env_steps"] == played  # re-drawn episodes count toward the budget
+        assert record["rollout/env_steps_total"] == i * played
+        assert "actor/grad_norm" not in record  # no update ran
+    assert proc.stdout.count("skipping the update") == 2
+    assert_loadable_checkpoint(run, 2)
+
+
 def test_nan_reward_stops_the_run_without_a_checkpoint(tmp_path: Path) -> None:
     run = tmp_path / "nan"
     proc = train(run, "env.id=gigpo/TwentyFour-v0", "env.kwargs={}", "env.invalid_action_penalty=.nan", "trainer.iterations=1", check=False)
