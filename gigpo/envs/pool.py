@@ -303,7 +303,8 @@ class EnvPool:
         ops: dict[int, list[_Op]] = {w: [] for w in range(self.num_workers)}
         for idx in idxs:
             ops[self._live_episode(idx).worker].append(("expert", idx, None))
-        return {idx: payload if ok else None for (kind, idx, _), (ok, payload) in self._run(ops) if kind == "expert"}
+        answers = {idx: payload if ok else None for (kind, idx, _), (ok, payload) in self._run(ops) if kind == "expert"}
+        return {idx: answers[idx] for idx in idxs}  # in episode order, not in the order workers answered
 
     def episode(self, idx: int) -> EpisodeView:
         if not 0 <= idx < len(self._episodes):

@@ -34,3 +34,14 @@ def test_exploration_keeps_expert_labels_on_the_states_it_reaches():
     with EnvPool("gigpo/CliffWalking-v0", max_steps=3, workers=1) as pool:
         with pytest.raises(ValueError, match="explore=2"):
             collect_demonstrations(pool, [0], explore=2)
+
+
+def test_demonstrations_do_not_depend_on_the_number_of_workers():
+    # the exploring policy draws from one rng per call: if its draws followed the order in which workers
+    # answer, the same seeds would give different demonstrations (and warm-ups) from run to run
+    def collect(workers: int) -> list[tuple[int, int, str, str]]:
+        with EnvPool("gigpo/Sokoban-v0", max_steps=15, workers=workers) as pool:
+            demos = collect_demonstrations(pool, seeds=list(range(200, 216)), explore=0.5, seed=3)
+        return [(d.view.seed, d.view.step, d.view.observation, d.action) for d in demos]
+
+    assert collect(2) == collect(1)
