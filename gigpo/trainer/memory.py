@@ -5,6 +5,9 @@ peak ("high water mark", VmHWM in /proc/PID/status) by writing 5 to /proc/PID/cl
 the start of a phase, read at its end, and the value is that phase's own peak. Children's peaks are
 added to ours; they need not have peaked at the same instant, so the sum is an upper bound.
 Where /proc or clear_refs is unavailable (not Linux), nothing is reported.
+On CUDA the same phases also report `perf/peak_gpu_gb/<phase>`: PyTorch's own allocator peak on this
+rank's device (reset per phase with `torch.cuda.reset_peak_memory_stats`), which is what decides an
+out-of-memory error; a generator in another process (vLLM) is not counted in it.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import os
 from typing import Optional
 
 import psutil
+import torch
 
 
 def _status_kib(pid: int, field: str) -> Optional[int]:
@@ -63,17 +67,29 @@ def rss_gib() -> Optional[float]:
 
 
 class PhaseMemory:
-    """Collects `perf/peak_rss_gb/<phase>`: reset at a phase's start, read at its end."""
+    """Collects `perf/peak_rss_gb/<phase>` (and `perf/peak_gpu_gb/<phase>` on CUDA): reset at a phase's
+    start, read at its end."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled and os.path.exists("/proc/self/clear_refs")
+        self.gpu = enabled and torch.cuda.is_available()
         self.peaks: dict[str, float] = {}
+        self.gpu_peaks: dict[str, float] = {}
 
     def start(self) -> None:
         if self.enabled:
             self.enabled = reset_peaks()
+        if self.gpu:
+            torch.cuda.reset_peak_memory_stats()
+
+    def synchronize(self) -> None:
+        if self.gpu:
+            torch.cuda.synchronize()
 
     def stop(self, phase: str) -> None:
+        if self.gpu:
+            peak_gpu = torch.cuda.max_memory_allocated() / 2**30
+            self.gpu_peaks[phase] = max(self.gpu_peaks.get(phase, 0.0), peak_gpu)
         if not self.enabled:
             return
         peak = peak_rss_gib()
@@ -81,4 +97,6 @@ class PhaseMemory:
             self.peaks[phase] = max(self.peaks.get(phase, 0.0), peak)
 
     def metrics(self) -> dict[str, float]:
-        return {f"perf/peak_rss_gb/{phase}": value for phase, value in self.peaks.items()}
+        out = {f"perf/peak_rss_gb/{phase}": value for phase, value in self.peaks.items()}
+        out.update({f"perf/peak_gpu_gb/{phase}": value for phase, value in self.gpu_peaks.items()})
+        return out

@@ -30,6 +30,7 @@ class PhaseTimer:
         try:
             yield
         finally:
+            self.memory.synchronize()  # CUDA kernels still queued belong to this phase's time
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
             self.memory.stop(phase)
 

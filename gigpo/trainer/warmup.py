@@ -36,7 +36,8 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
     if not pairs:
         raise RuntimeError("supervised warm-up found no expert demonstrations: does the environment have an expert?")
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # fp32 on either: the warm-up is short
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
@@ -54,7 +55,7 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
             ids[row, : len(seq)] = torch.tensor(seq)
             labels[row, len(prompt): len(seq)] = torch.tensor(response)
             attention[row, : len(seq)] = 1
-        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        loss = model(input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels.to(device)).loss
         if not torch.isfinite(loss):
             raise RuntimeError(f"supervised warm-up loss became {loss.item()}; lower trainer.sft_lr={lr}")
         optimizer.zero_grad()
