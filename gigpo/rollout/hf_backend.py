@@ -56,7 +56,9 @@ class HFGenerator(Generator):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(dtype)).eval()
+        # on the GPU when there is one: this backend generates in the trainer's process (on CPU here)
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(dtype)).to(self.device).eval()
         gen_cfg = self.model.generation_config
         eos = gen_cfg.eos_token_id if gen_cfg.eos_token_id is not None else self.tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
@@ -71,7 +73,7 @@ class HFGenerator(Generator):
         check_prompts(prompts, self.vocab_size)
         prompts_per_call = max(1, self.max_batch_size // settings.n)
         out: list[Completion] = []
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[self.device.index] if self.device.type == "cuda" else []):
             if settings.seed is not None:
                 torch.manual_seed(settings.seed)
             for start in range(0, len(prompts), prompts_per_call):
@@ -91,7 +93,7 @@ class HFGenerator(Generator):
         ends = self.eos_ids | set(settings.stop_token_ids)
         recorder = SampledLogprobs()
         result = self.model.generate(
-            input_ids=input_ids, attention_mask=attention, max_new_tokens=settings.max_new_tokens,
+            input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), max_new_tokens=settings.max_new_tokens,
             do_sample=sampling, temperature=settings.temperature if sampling else None,
             top_p=settings.top_p if sampling else None, top_k=0 if sampling else None,
             num_return_sequences=settings.n, eos_token_id=sorted(ends), pad_token_id=self.pad_id,
@@ -99,7 +101,8 @@ class HFGenerator(Generator):
             logits_processor=LogitsProcessorList([recorder]), return_dict_in_generate=True,
         )
         new_tokens = result.sequences[:, width:]  # (B*n, T)
-        logprobs = recorder.finish(new_tokens[:, -1])  # (B*n, T), of the raw logits: before temperature/top-p
+        logprobs = recorder.finish(new_tokens[:, -1]).cpu()  # (B*n, T), of the raw logits: before temperature/top-p
+        new_tokens = new_tokens.cpu()
         completions = []
         for row in range(new_tokens.shape[0]):
             ids, reason = self._trim(new_tokens[row].tolist(), settings.stop, ends)

@@ -99,11 +99,15 @@ class MicroBatch:
     fields: dict[str, Tensor] = field(default_factory=dict)
     """(n, Rmax) float32 per-token training signals present on every sample: advantage, logp_old, ..."""
 
-    def to(self, device: torch.device | str) -> "MicroBatch":
-        """The same micro-batch with every tensor on `device` (a no-op on CPU)."""
+    def to(self, device: torch.device | str, dtype: torch.dtype = torch.float32) -> "MicroBatch":
+        """The same micro-batch with every tensor on `device` (a no-op on CPU); a 4-D boolean attention
+        mask (shared layout) becomes an additive mask in `dtype`, the model's compute dtype."""
         move = lambda t: t if t is None or not isinstance(t, Tensor) else t.to(device, non_blocking=True)  # noqa: E731
+        attention = move(self.attention_mask)
+        if attention is not None and attention.dtype == torch.bool and attention.dim() == 4:
+            attention = additive_mask(attention, dtype)
         return MicroBatch(self.sample_indices, move(self.input_ids), move(self.position_ids),
-                          move(self.attention_mask), move(self.logits_to_keep), move(self.kept_index),
+                          attention, move(self.logits_to_keep), move(self.kept_index),
                           move(self.kept_targets), move(self.predict_index), move(self.mask), self.num_real_tokens,
                           self.dummy, {k: move(v) for k, v in self.fields.items()})
 
@@ -350,8 +354,18 @@ def _shared_rows(chosen: Sequence[TrainSample]):
     causal = torch.ones(width, width, dtype=torch.bool).tril()
     allowed = causal & (query != -2) & ((key == -1) | ((key == query) & (key >= 0)))
     allowed |= torch.eye(width, dtype=torch.bool)  # padding attends to itself: no empty softmax rows
-    mask = torch.zeros(len(rows), 1, width, width).masked_fill_(~allowed[:, None], torch.finfo(torch.float32).min)
-    return torch.tensor(ids), torch.tensor(positions), mask, keep, kept_rows, predict_rows
+    # boolean here; MicroBatch.to turns it into an additive mask in the model's own dtype
+    return torch.tensor(ids), torch.tensor(positions), allowed[:, None], keep, kept_rows, predict_rows
+
+
+def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
+    """A boolean (B, 1, W, W) may-attend mask as the additive mask attention kernels take, in `dtype`.
+
+    Blocked entries get `dtype`'s own lowest finite value, as transformers does. float32's lowest value
+    rounds to -inf in bfloat16, and CUDA's fused attention kernels turn a key block that is all -inf
+    into NaN (measured on an H200: NaN log-probs in bf16 with this layout, none with padding).
+    """
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, torch.finfo(dtype).min)
 
 
 def collate(samples: Sequence[TrainSample], indices: Sequence[int], dummy: bool = False,

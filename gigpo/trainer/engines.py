@@ -171,7 +171,8 @@ class _MicroBatchedModel:
 
     def _collate(self, samples: Sequence[TrainSample], indices: list[int], dummy: bool) -> MicroBatch:
         """Lay out on the CPU, then move to this rank's accelerator (a no-op on CPU)."""
-        return collate(samples, indices, dummy, self.layout).to(_device())
+        dtype = next(self._module().parameters()).dtype  # the compute dtype, also of ZeRO-3 placeholders
+        return collate(samples, indices, dummy, self.layout).to(_device(), dtype)
 
     def _plan(self, samples: Sequence[TrainSample]) -> list[tuple[list[int], bool]]:
         lengths = [len(s) for s in samples]

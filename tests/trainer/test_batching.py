@@ -91,7 +91,7 @@ def test_shared_layout_lays_a_prompt_out_once_and_masks_responses_from_each_othe
     # row 0: prompt 10 11 12, then a's response, then b's; row 1: c left-padded to the prompts' end
     assert mb.input_ids.tolist() == [[10, 11, 12, 110, 111, 120, 121, 122], [0, 50, 51, 150, 0, 0, 0, 0]]
     assert mb.position_ids.tolist() == [[0, 1, 2, 3, 4, 3, 4, 5], [0, 0, 1, 2, 0, 0, 0, 0]]
-    allowed = (mb.attention_mask[:, 0] == 0).int()
+    allowed = mb.attention_mask[:, 0].int()  # boolean until MicroBatch.to makes it additive
     assert allowed[0, 5].tolist() == [1, 1, 1, 0, 0, 1, 0, 0]  # b's first token: prompt and itself, not a's
     assert allowed[0, 4].tolist() == [1, 1, 1, 1, 1, 0, 0, 0]
     assert allowed[1, 3].tolist() == [0, 1, 1, 1, 0, 0, 0, 0]  # no padding in view
@@ -136,3 +136,19 @@ def test_sample_validation_names_the_field():
         TrainSample([1, 2], [3, 4], logp_old=torch.zeros(3))
     with pytest.raises(ValueError, match="response_ids is empty"):
         TrainSample([1, 2], [])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_shared_mask_becomes_finite_additive_mask_in_the_models_dtype(dtype):
+    """float32's lowest value is -inf in bfloat16, and CUDA's fused attention turns an all -inf key block
+    into NaN (seen on an H200): the mask must be made in the compute dtype, with that dtype's own minimum."""
+    a = _sample(3, 2, base=10)
+    b = TrainSample(list(a.prompt_ids), [120, 121, 122])
+    mb = collate([a, b, _sample(2, 1, base=50)], [0, 1, 2], layout="shared")
+    assert mb.attention_mask.dtype == torch.bool
+    moved = mb.to("cpu", dtype)
+    assert moved.attention_mask.dtype == dtype
+    assert torch.isfinite(moved.attention_mask).all()
+    assert ((moved.attention_mask == 0) == mb.attention_mask).all()
+    assert (moved.attention_mask[~mb.attention_mask] == torch.finfo(dtype).min).all()
+    assert torch.tensor(torch.finfo(torch.float32).min).to(torch.bfloat16).isinf()  # the trap itself
