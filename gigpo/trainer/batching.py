@@ -362,8 +362,8 @@ def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
     """A boolean (B, 1, W, W) may-attend mask as the additive mask attention kernels take, in `dtype`.
 
     Blocked entries get `dtype`'s own lowest finite value, as transformers does. float32's lowest value
-    rounds to -inf in bfloat16, and CUDA's fused attention kernels turn a key block that is all -inf
-    into NaN (measured on an H200: NaN log-probs in bf16 with this layout, none with padding).
+    rounds to -inf in bfloat16; on an H200 this layout then gave NaN log-probs in bf16 (padding did not),
+    most likely because fused CUDA attention turns a key block that is all -inf into NaN.
     """
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, torch.finfo(dtype).min)
 
