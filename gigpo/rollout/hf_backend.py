@@ -1,7 +1,7 @@
 """The reference backend: transformers `generate`, batched with left padding, in this process."""
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable
 
 import torch
 

@@ -1,9 +1,12 @@
 """Shared by the end-to-end trainer tests: a shrunk Sokoban run and a `gigpo` subprocess runner."""
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -34,6 +37,28 @@ def train(run_dir: Path, *overrides: str, resume: bool = False, check: bool = Tr
     return proc
 
 
+def metrics_of(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def train_and_kill_in_iteration_3(run_dir: Path, *overrides: str) -> None:
+    """Start `gigpo train` and SIGKILL its whole process group once iteration 3 has begun: iteration 2's
+    metrics line is written after its checkpoint, so checkpoint 2 is complete and 3 is in flight."""
+    cmd = [sys.executable, "-m", "gigpo.cli", "train", "recipes/sokoban_tiny.yaml", *SMALL, f"trainer.run_dir={run_dir}",
+           *overrides]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env=clean_env())
+    deadline = time.time() + 300
+    try:
+        while time.time() < deadline:
+            if (run_dir / "metrics.jsonl").exists() and any(r["iteration"] == 2 for r in metrics_of(run_dir)):
+                break
+            assert proc.poll() is None, "training exited before iteration 3"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert [r["iteration"] for r in metrics_of(run_dir)] == [0, 1, 2]
 
 
 def gigpo(*args: str, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:

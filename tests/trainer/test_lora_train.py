@@ -2,17 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from gigpo.envs.alfworld import SAMPLE_TASKS_DIR
-from run_helpers import REPO, SMALL, clean_env, gigpo, train
+from run_helpers import gigpo, train, train_and_kill_in_iteration_3
 
 LORA = ["model.lora.enabled=true", "model.lora.rank=4", "algorithm.kl_coef=0.01"]
 
@@ -47,20 +42,7 @@ def test_killed_lora_run_resumes_and_reproduces_the_next_iteration(tmp_path: Pat
     train(reference, *common)
 
     run = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "gigpo.cli", "train", "recipes/sokoban_tiny.yaml", *SMALL, f"trainer.run_dir={run}", *common]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            env=clean_env())
-    deadline = time.time() + 300
-    try:
-        while time.time() < deadline:  # iteration 2's metrics line is written after its checkpoint: 3 has begun
-            if (run / "metrics.jsonl").exists() and any(r["iteration"] == 2 for r in metrics(run)):
-                break
-            assert proc.poll() is None, "training exited before iteration 3"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert [r["iteration"] for r in metrics(run)] == [0, 1, 2]
+    train_and_kill_in_iteration_3(run, *common)
     assert (run / "checkpoints" / "2" / "adapter" / "adapter_model.safetensors").is_file()
 
     train(run, *common, resume=True)

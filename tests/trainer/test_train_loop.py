@@ -6,15 +6,10 @@ is checked is the product's contract: the run directory, metrics keys, checkpoin
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from run_helpers import REPO, REQUIRED_KEYS, SMALL, clean_env, train
+from run_helpers import REPO, REQUIRED_KEYS, train, train_and_kill_in_iteration_3
 
 def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -76,20 +71,7 @@ def test_sigkill_in_iteration_3_then_resume_continues_exactly(tmp_path: Path) ->
     train(reference, *common)
 
     run = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "gigpo.cli", "train", "recipes/sokoban_tiny.yaml", *SMALL, f"trainer.run_dir={run}", *common]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            env=clean_env())
-    deadline = time.time() + 300
-    try:
-        while time.time() < deadline:  # iteration 2's metrics line is written after its checkpoint: 3 has begun
-            if (run / "metrics.jsonl").exists() and any(r["iteration"] == 2 for r in metrics(run)):
-                break
-            assert proc.poll() is None, "training exited before iteration 3"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert [r["iteration"] for r in metrics(run)] == [0, 1, 2]
+    train_and_kill_in_iteration_3(run, *common)
 
     train(run, *common, resume=True)
     records = metrics(run)
