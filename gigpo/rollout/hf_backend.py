@@ -49,9 +49,11 @@ def torch_dtype(name: str) -> torch.dtype:
 class HFGenerator(Generator):
     """transformers generate on its own copy of the model; weights are copied in on update."""
 
-    def __init__(self, model_path: str, dtype: str = "bf16", max_batch_size: int = 256) -> None:
+    def __init__(self, model_path: str, dtype: str = "bf16", max_batch_size: int = 256, share_prefill: bool = True) -> None:
         """`max_batch_size` rows per `generate` call (rollout.max_num_seqs): a whole turn in one call where
-        the logits budget allows, since generate's per-token overhead is paid per call."""
+        the logits budget allows, since generate's per-token overhead is paid per call. `share_prefill`:
+        prompts that repeat in a call (a group's episodes start in one state, and revisit states) are
+        run through the model once, their KV cache copied to every row (see `_shared_prefill`)."""
         super().__init__()
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -67,6 +69,7 @@ class HFGenerator(Generator):
             self.pad_id = min(self.eos_ids)
         self.vocab_size = self.model.config.vocab_size
         self.max_batch_size = max_batch_size
+        self.share_prefill = share_prefill
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], settings: SamplingSettings) -> list[Completion]:
@@ -83,20 +86,23 @@ class HFGenerator(Generator):
     def _generate_batch(self, prompts: list[list[int]], offset: int, settings: SamplingSettings) -> list[Completion]:
         from transformers import LogitsProcessorList
 
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, ids in enumerate(prompts):  # left padding: every prompt ends at the same column
+        rows = [p for p in prompts for _ in range(settings.n)]  # prompt-major, as num_return_sequences orders them
+        width = max(len(p) for p in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, ids in enumerate(rows):  # left padding: every prompt ends at the same column
             input_ids[i, width - len(ids):] = torch.tensor(ids)
             attention[i, width - len(ids):] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        cache = self._shared_prefill(rows, input_ids, attention) if self.share_prefill else None
         sampling = settings.temperature > 0
         ends = self.eos_ids | set(settings.stop_token_ids)
         recorder = SampledLogprobs()
         result = self.model.generate(
-            input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), max_new_tokens=settings.max_new_tokens,
+            input_ids=input_ids, attention_mask=attention, past_key_values=cache, max_new_tokens=settings.max_new_tokens,
             do_sample=sampling, temperature=settings.temperature if sampling else None,
             top_p=settings.top_p if sampling else None, top_k=0 if sampling else None,
-            num_return_sequences=settings.n, eos_token_id=sorted(ends), pad_token_id=self.pad_id,
+            num_return_sequences=1, eos_token_id=sorted(ends), pad_token_id=self.pad_id,
             stop_strings=list(settings.stop) or None, tokenizer=self.tokenizer if settings.stop else None,
             logits_processor=LogitsProcessorList([recorder]), return_dict_in_generate=True,
         )
@@ -111,6 +117,28 @@ class HFGenerator(Generator):
                 text=self.tokenizer.decode(ids, skip_special_tokens=True),
                 logprobs=logprobs[row, :len(ids)].tolist(), finish_reason=reason, weight_version=self.version))
         return completions
+
+    def _shared_prefill(self, rows: list[list[int]], input_ids: torch.Tensor, attention: torch.Tensor):
+        """The KV cache of every row's prompt but its last token, computed once per distinct prompt.
+
+        Prefill is most of generation's cost at these sizes (prompts of tens of tokens, answers of a
+        few): a turn's prompts repeat, all of a group's at the first step, and `n` > 1 repeats each. The
+        distinct prompts go through the model once; the cache is then indexed out to every row, and
+        `generate` runs only each row's last prompt token before sampling. None if nothing repeats.
+        """
+        from transformers import DynamicCache
+
+        first: dict[tuple[int, ...], int] = {}
+        index = [first.setdefault(tuple(r), len(first)) for r in rows]
+        if len(first) == len(rows) or input_ids.shape[1] < 2:
+            return None
+        distinct = torch.tensor([index.index(k) for k in range(len(first))], device=input_ids.device)
+        ids, mask = input_ids[distinct, :-1], attention[distinct, :-1]
+        cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                   past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache.batch_select_indices(torch.tensor(index, device=input_ids.device))
+        return cache
 
     def _trim(self, ids: list[int], stop: tuple[str, ...], ends: set[int]) -> tuple[list[int], str]:
         """Cut the padding generate adds after a row finished; say why the row finished."""

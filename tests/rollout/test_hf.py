@@ -81,3 +81,20 @@ def test_bad_prompts_are_named(hf):
         hf.generate([[1, 10**6]], GREEDY)
     with pytest.raises(ValueError, match="temperature"):
         SamplingSettings(temperature=-1)
+
+
+def test_shared_prefill_gives_the_outputs_of_a_full_prefill(tiny_model_dir):
+    """Repeated prompts are prefilled once and their cache copied to every row: the greedy answers and
+    the log-probs must be those of prefilling every row, with left padding and n > 1 too."""
+    shared = HFGenerator(str(tiny_model_dir), dtype="fp32", share_prefill=True)
+    full = HFGenerator(str(tiny_model_dir), dtype="fp32", share_prefill=False)
+    base = sample_prompts(4, seed=3)
+    prompts = [base[0], base[1], base[0], base[2], base[0], base[1], base[3][:2]]  # repeats, lengths differ
+    for settings in (GREEDY, SamplingSettings(temperature=0.0, max_new_tokens=10, n=3)):
+        a, b = shared.generate(prompts, settings), full.generate(prompts, settings)
+        assert [c.token_ids for c in a] == [c.token_ids for c in b]
+        assert [c.prompt_index for c in a] == [c.prompt_index for c in b]
+        for x, y in zip(a, b):
+            torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5, rtol=0)
+    sampled = SamplingSettings(temperature=1.0, max_new_tokens=10, n=2, seed=7)  # same seed: same draws
+    assert [c.token_ids for c in shared.generate(prompts, sampled)] == [c.token_ids for c in full.generate(prompts, sampled)]
