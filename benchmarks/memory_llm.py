@@ -26,9 +26,10 @@ from gigpo.rollout.types import SamplingSettings
 from gigpo.trainer.batching import TrainSample
 from gigpo.trainer.distributed import shutdown_distributed
 from gigpo.trainer.engines import ActorEngine, ReferenceModel, settings_from_config
-from gigpo.trainer.memory import peak_rss_gib, reset_peaks, rss_gib
+from gigpo.trainer.memory import peak_rss_gib, release_freed_memory, reset_peaks, rss_gib
 
 GIB = 2**30
+TRIM = True  # release freed heap memory before each phase, as the trainer's PhaseTimer does
 
 
 def live_tensor_bytes() -> int:
@@ -57,7 +58,10 @@ def make_samples(n: int, prompt: int, response: int, vocab: int) -> list[TrainSa
 
 
 def phase(name: str, fn, report: dict) -> object:
-    gc.collect()
+    if TRIM:
+        release_freed_memory()
+    else:
+        gc.collect()
     reset_peaks()
     start = time.perf_counter()
     out = fn()
@@ -74,17 +78,26 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=64, help="training steps (rows) in the iteration")
     parser.add_argument("--prompt", type=int, default=124, help="prompt tokens per step")
     parser.add_argument("--response", type=int, default=96, help="response tokens per step")
+    parser.add_argument("--no-trim", action="store_true", help="ablation: do not malloc_trim between phases")
     args = parser.parse_args()
+    global TRIM
+    TRIM = not args.no_trim
     config = load_config(args.recipe, [*args.overrides, "rollout.backend=hf"])
     path = resolve_model_path(config.model.path, config.model.init)
     report: dict[str, float] = {"rss_start_gib": round(rss_gib(), 3)}
 
     settings, loss = settings_from_config(config)
     actor = ActorEngine(path, settings, loss)
+    if TRIM:
+        release_freed_memory()
     report["rss_actor_gib"] = round(rss_gib(), 3)
     reference = ReferenceModel(path, settings)
+    if TRIM:
+        release_freed_memory()
     report["rss_reference_gib"] = round(rss_gib(), 3)
     generator = HFGenerator(path, dtype=config.model.dtype)
+    if TRIM:
+        release_freed_memory()
     report["rss_generator_gib"] = round(rss_gib(), 3)
     vocab = actor.hf_module().config.vocab_size
     samples = make_samples(args.samples, args.prompt, args.response, vocab)
@@ -110,12 +123,15 @@ def main() -> None:
     gen_params = module_bytes(generator.model)
     total = live_tensor_bytes()
     optimizer = total - params - grads - ref_params - gen_params  # fp32 master copy, fp32 grads, Adam moments
-    resident = total
+    n_params = sum(p.numel() for p in module.parameters())
+    step_grads = 0 if grads else 4 * n_params  # fp32 gradients live from backward to the step, freed after it
+    resident = total + step_grads
     report.update({
         "actor_params_gib": round(params / GIB, 3), "actor_param_grads_gib": round(grads / GIB, 3),
+        "fp32_step_grads_gib": round(step_grads / GIB, 3), "trim": TRIM,
         "optimizer_and_master_gib": round(optimizer / GIB, 3), "reference_gib": round(ref_params / GIB, 3),
         "generator_gib": round(gen_params / GIB, 3), "must_be_resident_gib": round(resident / GIB, 3),
-        "parameters": sum(p.numel() for p in module.parameters()),
+        "parameters": n_params,
         "micro_token_budget": settings.micro_token_budget, "samples": args.samples,
         "prompt": args.prompt, "response": args.response, "dtype": config.model.dtype,
         "gradient_checkpointing": settings.gradient_checkpointing,

@@ -11,6 +11,9 @@ out-of-memory error; a generator in another process (vLLM) is not counted in it.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import os
 from typing import Optional
 
@@ -37,6 +40,29 @@ def _family() -> list[int]:
     except psutil.Error:
         children = []
     return [me.pid, *children]
+
+
+def _load_libc():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+_LIBC = _load_libc()
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed inside this process back to the kernel (glibc `malloc_trim`).
+
+    glibc keeps freed heap pages for reuse, so the fp32 copy a model is loaded in, or a finished phase's
+    activations, stay in RSS; when the next allocations do not fit those holes they add to it. Trimming
+    between phases makes each phase's peak its own. A no-op where libc has no malloc_trim (not glibc).
+    """
+    gc.collect()
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def reset_peaks() -> bool:
@@ -77,6 +103,7 @@ class PhaseMemory:
         self.gpu_peaks: dict[str, float] = {}
 
     def start(self) -> None:
+        release_freed_memory()
         if self.enabled:
             self.enabled = reset_peaks()
         if self.gpu:
