@@ -60,6 +60,8 @@ def main() -> None:
     parser.add_argument("--checkpoint", required=True, help="HF model directory, e.g. RUN/warmup/hf")
     parser.add_argument("--recipe", default="recipes/sokoban_tiny.yaml")
     parser.add_argument("--iterations", type=int, default=3, help="training iterations' worth of groups to play")
+    parser.add_argument("--variants", nargs="*", default=[], metavar="KEY=VALUE,...",
+                        help="more GiGPO settings scored on the same rollouts, e.g. norm=mean step_min_spread=1.0")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     config = load_config(args.recipe, [*args.overrides, "logging.progress=false"])
@@ -68,13 +70,14 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
     pool, generator = loop.build_pool(config), loop.build_generator(config, args.checkpoint)
     prompt_fn = loop.build_prompt_fn(config, tokenizer)
-    steps = []
+    steps, episodes = [], []
     try:
         for it in range(1, args.iterations + 1):
             batch = rollout(pool, generator, prompt_fn, loop.train_seeds(config, it), config.env.group_size,
                             loop.sampling(config, evaluation=False, seed=it), config.rollout.max_prompt_tokens,
                             group_offset=it * config.env.num_groups)
             steps += batch.steps
+            episodes += batch.episodes
     finally:
         generator.close()
         pool.close()
@@ -98,8 +101,75 @@ def main() -> None:
         separation[name] = gap / adv[keep].std()
         print(f"{name:6s} mean advantage: optimal moves {adv[keep & optimal].mean():+.3f}, others "
               f"{adv[keep & ~optimal].mean():+.3f}; gap / std = {separation[name]:.3f}")
+        if name == "gigpo":
+            step_part = result.step_advantage
+            shared = keep & (result.step_group_size > 1)
+            if shared.any() and step_part[shared].std() > 0:
+                step_gap = step_part[shared & optimal].mean() - step_part[shared & ~optimal].mean()
+                print(f"gigpo  step part alone, rows in step groups > 1 ({shared.sum()} rows): "
+                      f"gap / std = {step_gap / step_part[shared].std():.3f}")
+            won_group = _step_groups_with_a_win(rows, result, won_steps(steps, episodes))
+            multi = result.step_group_size > 1
+            print(f"gigpo  rows in step groups > 1 whose group holds no winning trajectory: "
+                  f"{(multi & ~won_group).sum() / max(multi.sum(), 1):.1%}, carrying "
+                  f"{np.abs(step_part[multi & ~won_group]).sum() / max(np.abs(step_part[multi]).sum(), 1e-12):.1%} "
+                  f"of the step part's absolute mass")
+    for variant in args.variants:  # GiGPO with other settings, on the very same rows
+        options = dict(gamma=a.gamma, lam=a.lam, step_weight=a.step_weight, norm=a.norm, episode_stats=a.episode_stats,
+                       similarity=a.similarity, step_min_spread=a.step_min_spread)
+        variant_rows = rows
+        for item in variant.split(","):
+            key, value = item.split("=", 1)
+            if key == "anchor":  # what makes two rows one step group
+                variant_rows = regroup(rows, steps, value)
+                continue
+            if key not in options:
+                raise SystemExit(f"--variants: unknown key {key!r}; one of {', '.join(options)}")
+            options[key] = type(options[key])(value) if options[key] is not None else float(value)
+        adv = compute_advantages("gigpo", variant_rows, **options).advantage
+        gap = (adv[keep & optimal].mean() - adv[keep & ~optimal].mean()) / adv[keep].std()
+        print(f"gigpo  {variant}: gap / std = {gap:.3f} (ratio to grpo {gap / separation['grpo']:.2f})")
     print(f"separation gigpo={separation['gigpo']:.3f} grpo={separation['grpo']:.3f} "
           f"ratio={separation['gigpo'] / separation['grpo']:.2f}")
+
+
+def regroup(rows, steps, how: str):
+    """The rows with other anchors. `state` as played; `state+step`: the same state at the same step
+    index only (a revisit later in an episode has fewer steps left, so a lower return whatever the move);
+    `first-visit`: a trajectory's later visits of a state get anchors of their own (no step group)."""
+    from dataclasses import replace
+
+    from gigpo.advantage.anchors import anchor_keys
+
+    texts = [s.anchor for s in steps]
+    if how == "state":
+        return rows
+    if how == "state+step":
+        return replace(rows, anchor=anchor_keys([f"{t}\x00{s.step}" for t, s in zip(texts, steps)]), anchor_text=None)
+    if how == "first-visit":
+        seen: set[tuple[int, int, str]] = set()
+        keyed = []
+        for t, s in zip(texts, steps):
+            first = (s.group, s.traj, t) not in seen
+            seen.add((s.group, s.traj, t))
+            keyed.append(t if first else f"{t}\x00revisit\x00{s.group}\x00{s.traj}\x00{s.step}")
+        return replace(rows, anchor=anchor_keys(keyed), anchor_text=None)
+    raise SystemExit(f"--variants: anchor={how!r}; use state, state+step or first-visit")
+
+
+def won_steps(steps, episodes) -> np.ndarray:
+    """Per row: did this row's trajectory end in a win."""
+    won = {(e.group, e.traj): e.won for e in episodes}
+    return np.array([won[(s.group, s.traj)] for s in steps])
+
+
+def _step_groups_with_a_win(rows, result, won: np.ndarray) -> np.ndarray:
+    """Per row: does its step group (same task group, same anchor) contain a row of a winning trajectory."""
+    keys = list(zip(rows.group.tolist(), rows.anchor.tolist()))
+    any_win: dict[tuple[int, int], bool] = {}
+    for key, w in zip(keys, won.tolist()):
+        any_win[key] = any_win.get(key, False) or w
+    return np.array([any_win[k] for k in keys])
 
 
 if __name__ == "__main__":
