@@ -101,6 +101,8 @@ def main() -> None:
         separation[name] = gap / adv[keep].std()
         print(f"{name:6s} mean advantage: optimal moves {adv[keep & optimal].mean():+.3f}, others "
               f"{adv[keep & ~optimal].mean():+.3f}; gap / std = {separation[name]:.3f}")
+        within = within_trajectory_separation(adv, rows, keep, optimal)
+        print(f"{name:6s} within trajectories (advantage minus its trajectory's mean): gap / std = {within:.3f}")
         if name == "gigpo":
             step_part = result.step_advantage
             shared = keep & (result.step_group_size > 1)
@@ -128,9 +130,25 @@ def main() -> None:
             options[key] = type(options[key])(value) if options[key] is not None else float(value)
         adv = compute_advantages("gigpo", variant_rows, **options).advantage
         gap = (adv[keep & optimal].mean() - adv[keep & ~optimal].mean()) / adv[keep].std()
-        print(f"gigpo  {variant}: gap / std = {gap:.3f} (ratio to grpo {gap / separation['grpo']:.2f})")
+        within = within_trajectory_separation(adv, rows, keep, optimal)
+        print(f"gigpo  {variant}: gap / std = {gap:.3f} (ratio to grpo {gap / separation['grpo']:.2f}), "
+              f"within trajectories {within:.3f}")
     print(f"separation gigpo={separation['gigpo']:.3f} grpo={separation['grpo']:.3f} "
           f"ratio={separation['gigpo'] / separation['grpo']:.2f}")
+
+
+def within_trajectory_separation(adv: np.ndarray, rows, keep: np.ndarray, optimal: np.ndarray) -> float:
+    """The gap of optimal over other moves after removing each trajectory's mean advantage: the credit
+    an estimator gives to one move over another of the same episode. Episode-level estimators (GRPO,
+    RLOO) give every move of an episode one advantage, so theirs is 0; only a step part can move it."""
+    keys = rows.group.astype(np.int64) * 1_000_003 + rows.traj.astype(np.int64)
+    _, inverse = np.unique(keys, return_inverse=True)
+    means = np.bincount(inverse, weights=adv) / np.bincount(inverse)
+    centred = adv - means[inverse]
+    spread = centred[keep].std()
+    if spread == 0:
+        return 0.0
+    return float((centred[keep & optimal].mean() - centred[keep & ~optimal].mean()) / spread)
 
 
 def regroup(rows, steps, how: str):
