@@ -146,7 +146,7 @@ def within_trajectory_separation(adv: np.ndarray, rows, keep: np.ndarray, optima
     means = np.bincount(inverse, weights=adv) / np.bincount(inverse)
     centred = adv - means[inverse]
     spread = centred[keep].std()
-    if spread == 0:
+    if spread < 1e-9 * max(np.abs(adv).max(), 1.0):  # constant per trajectory, up to float rounding
         return 0.0
     return float((centred[keep & optimal].mean() - centred[keep & ~optimal].mean()) / spread)
 
