@@ -179,11 +179,11 @@ def warm_up(config: Config, model_path: str, pool, prompt_fn, tokenizer, warm_di
         pairs = [(p, response_ids(tokenizer, d.action)) for p, d in zip(prompts, demos)]
         print(f"warm-up: {len(pairs)} expert-labelled states from {len(demo_seeds)} tasks", flush=True)
         return supervised_warmup(model_path, out_dir, pairs, t.sft_steps, t.sft_lr, t.sft_batch_size, seed,
-                                 config.logging.progress)
+                                 config.logging.progress, dtype=config.model.dtype)
 
     # only what changes the warm-up's result: not evaluation, batch shape or worker settings
     irrelevant = {"workers", "step_timeout_s", "eval_episodes", "eval_seed_start", "eval_kwargs", "num_groups", "group_size"}
-    settings = {"model": model_path, "env": e.model_dump(mode="json", exclude=irrelevant),
+    settings = {"model": model_path, "dtype": config.model.dtype, "env": e.model_dump(mode="json", exclude=irrelevant),
                 "sft": {k: v for k, v in t.model_dump(mode="json").items() if k.startswith("sft_") and k != "sft_seed"},
                 "seed": seed}  # the seed in use, not trainer.seed: a shared warm-up has one cache entry
     cached_warmup(default_cache_dir().parent / "warmups", warmup_cache_key(settings), warm_dir, build)

@@ -29,8 +29,13 @@ def response_ids(tokenizer, action: str) -> list[int]:
 
 
 def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int], list[int]]], steps: int,
-                      lr: float, batch_size: int, seed: int, progress: bool = True) -> Path:
-    """Train on `pairs` (cross-entropy on response tokens) for `steps` AdamW steps; save to out_dir/hf."""
+                      lr: float, batch_size: int, seed: int, progress: bool = True, dtype: str = "fp32") -> Path:
+    """Train on `pairs` (cross-entropy on response tokens) for `steps` AdamW steps; save to out_dir/hf.
+
+    Weights and optimizer stay fp32; with `dtype="bf16"` (the recipe's model.dtype) the forward and
+    backward run under bf16 autocast, 2.5x less CPU time per step for SmolLM2-135M (5.4 s against 13.7
+    s at one thread, batch 16 x 78 tokens), which decides whether a real model's warm-up fits a budget.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not pairs:
@@ -55,7 +60,8 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
             ids[row, : len(seq)] = torch.tensor(seq)
             labels[row, len(prompt): len(seq)] = torch.tensor(response)
             attention[row, : len(seq)] = 1
-        loss = model(input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels.to(device)).loss
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            loss = model(input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels.to(device)).loss
         if not torch.isfinite(loss):
             raise RuntimeError(f"supervised warm-up loss became {loss.item()}; lower trainer.sft_lr={lr}")
         optimizer.zero_grad()

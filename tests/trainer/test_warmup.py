@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -27,7 +29,8 @@ def _mean_logprob(model_dir: Path, pairs: list[tuple[list[int], list[int]]]) -> 
     return total / count
 
 
-def test_supervised_warmup_teaches_the_expert_moves(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])  # bf16: autocast, as recipes with model.dtype bf16 warm up
+def test_supervised_warmup_teaches_the_expert_moves(tiny_model_dir, tmp_path, dtype):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     pool = EnvPool("gigpo/Sokoban-v0", env_kwargs={"size": 5}, max_steps=8, workers=1)
     try:
@@ -38,7 +41,8 @@ def test_supervised_warmup_teaches_the_expert_moves(tiny_model_dir, tmp_path):
     pairs = [(p, response_ids(tokenizer, d.action)) for p, d in zip(build([d.view for d in demos]), demos)]
     held_out, train = pairs[:20], pairs[20:]
     before = _mean_logprob(tiny_model_dir, held_out)
-    out = supervised_warmup(str(tiny_model_dir), tmp_path, train, steps=40, lr=1e-3, batch_size=32, seed=0, progress=False)
+    out = supervised_warmup(str(tiny_model_dir), tmp_path, train, steps=40, lr=1e-3, batch_size=32, seed=0, progress=False,
+                            dtype=dtype)
     after = _mean_logprob(out, held_out)
     assert out == tmp_path / "hf" and not (tmp_path / "hf.tmp").exists()
     # from near-uniform over a 1024-token vocabulary (about -7 per token) to a model that writes the format
