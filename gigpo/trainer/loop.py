@@ -191,7 +191,7 @@ def warm_up(config: Config, model_path: str, pool, prompt_fn, tokenizer, warm_di
 
 def build_verifier(config: Config, generator, vocab_size: int, world_size: int):
     """The probe that checks every sync (rollout.verify_sync); needs the full model on rank 0."""
-    from gigpo.rollout.verify import SyncVerifier, default_atol
+    from gigpo.rollout.verify import SyncVerifier, default_tolerance
 
     if not config.rollout.verify_sync or generator is None:
         return None
@@ -199,19 +199,21 @@ def build_verifier(config: Config, generator, vocab_size: int, world_size: int):
         print("gigpo: rollout.verify_sync is skipped under ZeRO-3 with several ranks (the probe forward would "
               "need every rank)", flush=True)
         return None
-    return SyncVerifier(generator, vocab_size, default_atol(config.model.dtype))
+    return SyncVerifier(generator, vocab_size, *default_tolerance(config.model.dtype))
 
 
-def sync_weights(actor, generator, version: int, verifier=None) -> None:
-    """Push the actor's weights into the generator; every rank iterates (ZeRO-3 gathers are collective)."""
+def sync_weights(actor, generator, version: int, verifier=None) -> dict[str, float]:
+    """Push the actor's weights into the generator; every rank iterates (ZeRO-3 gathers are collective).
+    Returns the verification probe's largest log-prob gap as a metric when a verifier is given."""
     weights = actor.named_weights()
     if generator is None:
         for _ in weights:
             pass
-        return
+        return {}
     generator.update_weights(weights, version=version)
-    if verifier is not None:
-        verifier.check(actor.hf_module())
+    if verifier is None:
+        return {}
+    return {"rollout/sync_gap_max": verifier.check(actor.hf_module())}
 
 
 # --------------------------------------------------------------------------- the loop
@@ -400,7 +402,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
                 # ---- weight sync into the generator
                 with timer("sync"):
-                    sync_weights(actor, generator, version=iteration, verifier=verifier)
+                    metrics.update(sync_weights(actor, generator, version=iteration, verifier=verifier))
 
             if main and (iteration % t.eval_every == 0 or last):  # the final policy is always evaluated
                 with timer("eval"):
