@@ -58,8 +58,11 @@ def release_freed_memory() -> None:
     glibc keeps freed heap pages for reuse, so the fp32 copy a model is loaded in, or a finished phase's
     activations, stay in RSS; when the next allocations do not fit those holes they add to it. Trimming
     between phases makes each phase's peak its own. A no-op where libc has no malloc_trim (not glibc).
+    Only the young garbage-collector generations are swept (0.1 ms): tensors are freed by reference
+    counting, and a full `gc.collect()` walks every object of torch and transformers, 0.19 s a phase,
+    a third of a `sokoban_tiny` iteration (measured 2026-11-24).
     """
-    gc.collect()
+    gc.collect(1)
     trim = getattr(_LIBC, "malloc_trim", None)
     if trim is not None:
         trim(0)
