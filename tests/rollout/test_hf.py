@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gigpo.rollout.hf_backend import HFGenerator
+from gigpo.rollout.hf_backend import HFGenerator, InverseCdfSampler, sampling_processors
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import trainer_logprobs
 
@@ -98,3 +98,41 @@ def test_shared_prefill_gives_the_outputs_of_a_full_prefill(tiny_model_dir):
             torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5, rtol=0)
     sampled = SamplingSettings(temperature=1.0, max_new_tokens=10, n=2, seed=7)  # same seed: same draws
     assert [c.token_ids for c in shared.generate(prompts, sampled)] == [c.token_ids for c in full.generate(prompts, sampled)]
+
+
+def test_sampler_draws_from_the_tempered_top_p_distribution():
+    """The sampling processors (temperature, top-p, inverse-CDF draw) must give each token its share of
+    the tempered, top-p-truncated distribution, and never a token top-p removed."""
+    logits = torch.tensor([2.0, 1.5, 1.0, 0.0, -1.0, -3.0])
+    temperature, top_p, rows = 0.8, 0.9, 40_000
+    probs = torch.softmax(logits / temperature, -1)
+    keep = probs.cumsum(-1) - probs < top_p  # sorted descending already: the smallest set reaching top_p
+    expected = torch.where(keep, probs, 0.0) / probs[keep].sum()
+    torch.manual_seed(0)
+    scores = logits.repeat(rows, 1)
+    for processor in sampling_processors(temperature, top_p):
+        scores = processor(torch.zeros(rows, 1, dtype=torch.long), scores)
+    assert bool(((scores == 0).sum(-1) == 1).all()) and bool(torch.isinf(scores).sum(-1).eq(5).all())
+    counts = torch.bincount(scores.argmax(-1), minlength=6).double()
+    assert counts[~keep].sum() == 0
+    sigma = (rows * expected * (1 - expected)).sqrt()
+    assert bool(((counts - rows * expected).abs() <= 5 * sigma + 1e-9).all()), (counts / rows, expected)
+
+
+def test_sampler_never_draws_a_zero_probability_token_when_the_uniform_rounds_up(monkeypatch):
+    """A uniform number times the total can round up to the total itself; the draw must then be the last
+    token of positive probability, not one past the end or one top-p removed (a fault only a patched
+    random number can cause)."""
+    scores = torch.tensor([[0.0, 1.0, 2.0, float("-inf"), float("-inf")]])
+    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.ones(shape, **kw))
+    out = InverseCdfSampler()(torch.zeros(1, 1, dtype=torch.long), scores)
+    assert out.argmax(-1).item() == 2 and out[0, 2] == 0 and torch.isinf(out[0, [0, 1, 3, 4]]).all()
+
+
+def test_tiny_top_p_samples_the_greedy_answer(hf):
+    """With top-p below every token's probability only the most likely token is left: through generate,
+    sampling must then give exactly the greedy answers (the processors are wired into generate)."""
+    prompts = sample_prompts(4, seed=4)
+    greedy = hf.generate(prompts, GREEDY)
+    sampled = hf.generate(prompts, SamplingSettings(temperature=1.0, top_p=1e-6, max_new_tokens=16, seed=3))
+    assert [c.token_ids for c in sampled] == [c.token_ids for c in greedy]

@@ -103,7 +103,9 @@ def test_micro_batching_does_not_change_the_gradient(tiny_model_dir, samples, la
         metrics = engine.update(samples)
         results.append((metrics, dict(engine.named_weights())))
     (m_small, w_small), (m_big, w_big) = results
-    assert m_small["perf/micro_batches"] > m_big["perf/micro_batches"] == 1.0
+    assert m_small["perf/micro_batches"] > m_big["perf/micro_batches"]
+    if layout != "shared":  # shared bins may split to save padding (batching.cheapest_partition)
+        assert m_big["perf/micro_batches"] == 1.0
     assert m_small["actor/grad_norm"] == pytest.approx(m_big["actor/grad_norm"], rel=1e-4)
     assert m_small["loss/policy"] == pytest.approx(m_big["loss/policy"], rel=1e-4, abs=1e-6)
     for name in w_big:
