@@ -4,6 +4,30 @@ Method names carry a `gigpo_` prefix: vLLM's worker already has an `update_weigh
 """
 from __future__ import annotations
 
+import logging
+
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+DERIVED_BUFFER_LAYERS = frozenset({"RotaryEmbedding"})
+"""Layers whose tensors are computed at start (rotary's cos/sin table), never part of a checkpoint."""
+
+
+def drop_derived_layer_warnings(record: logging.LogRecord) -> bool:
+    """A logging filter: False for vLLM's "Failed to load weights" about a layer with only derived tensors.
+
+    vLLM's layer-wise reload warns for every layer that received no weights. Rotary embeddings never
+    receive any (their table is recomputed, and vLLM puts it back), so every sync printed a warning that
+    looked like a fault. The warning still shows for any other layer: there it means a missing weight.
+    """
+    return not (record.msg == "%s: Failed to load weights" and record.args
+                and record.args[0] in DERIVED_BUFFER_LAYERS)
+
+
+def install_reload_warning_filter() -> None:
+    """Add the filter to vLLM's reload logger once per process (the worker's)."""
+    logger = logging.getLogger(RELOAD_LOGGER)
+    if drop_derived_layer_warnings not in logger.filters:
+        logger.addFilter(drop_derived_layer_warnings)
+
 
 class WeightSyncExtension:
     """Mixed into vLLM's worker: reload all weights from a safetensors file the trainer wrote."""
@@ -13,6 +37,7 @@ class WeightSyncExtension:
         start (a plain `model.load_weights` writes into emptied tensors there). Returns the count."""
         from safetensors.torch import load_file
 
+        install_reload_warning_filter()
         state = load_file(path)
         if skip_lm_head:  # fault injection for tests: leaves the engine's packed LM head stale
             state.pop("lm_head.weight", None)

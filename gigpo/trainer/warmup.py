@@ -16,6 +16,7 @@ import json
 import random
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,7 +50,10 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
     rng = random.Random(seed)
     pad = tokenizer.pad_token_id
     bar = tqdm(range(steps), desc="warm-up (supervised)", disable=not progress, leave=False)
-    for _ in bar:
+    # without a bar (logging.progress=false: logs of `gigpo compare` runs) a line every tenth of the way,
+    # so minutes of warm-up are not silent
+    report_every, start = max(1, steps // 10), time.monotonic()
+    for step in bar:
         batch = [pairs[rng.randrange(len(pairs))] for _ in range(batch_size)]
         width = max(len(p) + len(r) for p, r in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -69,6 +73,9 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         bar.set_postfix(loss=f"{loss.item():.3f}")
+        if not progress and ((step + 1) % report_every == 0 or step + 1 == steps):
+            print(f"warm-up: step {step + 1}/{steps}  loss={loss.item():.3f}  "
+                  f"elapsed={time.monotonic() - start:.0f}s", flush=True)
     target = Path(out_dir) / "hf"
     staging = Path(out_dir) / "hf.tmp"
     model.save_pretrained(staging, safe_serialization=True)

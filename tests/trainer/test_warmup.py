@@ -29,7 +29,7 @@ def _mean_logprob(model_dir: Path, pairs: list[tuple[list[int], list[int]]]) -> 
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])  # bf16: autocast, as recipes with model.dtype bf16 warm up
-def test_supervised_warmup_teaches_the_expert_moves(tiny_model_dir, tmp_path, dtype):
+def test_supervised_warmup_teaches_the_expert_moves(tiny_model_dir, tmp_path, dtype, capsys):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     pool = EnvPool("gigpo/Sokoban-v0", env_kwargs={"size": 5}, max_steps=8, workers=1)
     try:
@@ -46,6 +46,9 @@ def test_supervised_warmup_teaches_the_expert_moves(tiny_model_dir, tmp_path, dt
     assert out == tmp_path / "hf" and not (tmp_path / "hf.tmp").exists()
     # from near-uniform over a 1024-token vocabulary (about -7 per token) to a model that writes the format
     assert before < -5.0 and after > -1.5, (before, after)
+    # no bar (progress=False): a line every tenth of the steps, so a compare run's log shows the warm-up
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warm-up: step")]
+    assert [line.split()[2] for line in lines] == [f"{k}/40" for k in range(4, 41, 4)]
 
 
 def test_identical_warmups_are_built_once(tmp_path):
