@@ -1,4 +1,4 @@
-"""How strongly each estimator's advantages point at the right moves, on real Sokoban rollouts.
+"""How strongly each estimator's advantages point at the right moves, on real Sokoban or maze rollouts.
 
     PYTHONPATH=. python benchmarks/advantage_signal.py --checkpoint RUN/warmup/hf [--iterations 3] [overrides ...]
 
@@ -41,9 +41,25 @@ def parse_observation(text: str) -> tuple[Room, State]:
     return Room(len(rows), len(rows[0]), frozenset(walls), frozenset(targets)), (player, frozenset(boxes))
 
 
-def optimal_moves(text: str) -> set[str]:
-    """Moves that start a shortest solution from this state (empty when the state is lost)."""
-    room, state = parse_observation(text)
+def parse_maze(text: str):
+    """A maze observation back into its layout and state. A key no longer shown was picked up; a door no
+    longer shown was opened; so the player holds the key exactly when the key is gone and the door is not."""
+    from gigpo.envs.maze import Layout, MazeState
+
+    rows = text.split("\n")
+    cells = {(r, c): symbol for r, line in enumerate(rows) for c, symbol in enumerate(line)}
+    find = lambda symbol: next((cell for cell, s in cells.items() if s == symbol), None)  # noqa: E731
+    player, key, door = find("P"), find("K"), find("D")
+    if player is None:
+        raise ValueError(f"no player in maze observation {text!r}")
+    layout = Layout(len(rows), frozenset(cell for cell, s in cells.items() if s != "#"), find("G"), key, door)
+    return layout, MazeState(player, has_key=key is None and door is not None, key_taken=key is None,
+                             door_open=door is None)
+
+
+def optimal_moves(text: str, env_id: str = "gigpo/Sokoban-v0") -> set[str]:
+    """Moves that start a shortest solution from this state (empty when the state is lost or solved)."""
+    room, state = parse_maze(text) if env_id == "gigpo/Maze-v0" else parse_observation(text)
     plan = room.solve(state)
     if not plan:
         return set()
@@ -65,8 +81,8 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     config = load_config(args.recipe, [*args.overrides, "logging.progress=false"])
-    if config.env.id != "gigpo/Sokoban-v0":
-        raise SystemExit(f"this benchmark labels moves with Sokoban's solver; the recipe plays {config.env.id}")
+    if config.env.id not in ("gigpo/Sokoban-v0", "gigpo/Maze-v0"):
+        raise SystemExit(f"this benchmark labels moves with the Sokoban or maze solver; the recipe plays {config.env.id}")
     tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
     pool, generator = loop.build_pool(config), loop.build_generator(config, args.checkpoint)
     prompt_fn = loop.build_prompt_fn(config, tokenizer)
@@ -84,7 +100,7 @@ def main() -> None:
     labels = []
     for s in steps:
         match = _ACTION.search(tokenizer.decode(s.response_ids))
-        good = optimal_moves(s.anchor)
+        good = optimal_moves(s.anchor, config.env.id)
         labels.append(None if not match or match.group(1) not in MOVES or not good else match.group(1) in good)
     keep = np.array([x is not None for x in labels])
     optimal = np.array([bool(x) for x in labels])
