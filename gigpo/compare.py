@@ -54,6 +54,8 @@ class RunResult:
     eval_episodes: int = 0
     final_entropy: float = float("nan")   # mean token entropy of the policy over the last 5 iterations
     final_invalid: float = float("nan")   # share of invalid actions in training rollouts, last 5 iterations
+    sampled_start: float = float("nan")   # success of the training rollouts (sampled), first 5 iterations
+    sampled_end: float = float("nan")     # the same, last 5 iterations
     phase_diagnostics: Optional[dict[str, list[float]]] = None   # REVISIT_COLUMNS key -> mean per phase
     phase_histograms: Optional[list[list[float]]] = None         # GiGPO's step-group size shares per phase
     warmup_digest: Optional[str] = None                           # digest of the warm-up weights it started from
@@ -167,6 +169,11 @@ def load_run(out: Path, algo: str, seed: int) -> RunResult:
         return float(np.mean(values)) if values else float("nan")
 
     trained = [r for r in records if r.get("iteration", 0) >= 1]
+    # the rollouts' own success, at the rollout temperature: a greedy evaluation can fall while the sampled
+    # policy holds (a deterministic policy that loops never leaves its loop; the maze of docs/results.md)
+    sampled = [r["rollout/success"] for r in trained if isinstance(r.get("rollout/success"), (int, float))]
+    sampled_start = float(np.mean(sampled[:5])) if sampled else float("nan")
+    sampled_end = float(np.mean(sampled[-5:])) if sampled else float("nan")
     diagnostics = {key: phase_means(trained, key) for key, _, _ in REVISIT_COLUMNS}
     histograms = None
     if any(HISTOGRAM_KEYS[0] in r for r in trained):
@@ -175,7 +182,7 @@ def load_run(out: Path, algo: str, seed: int) -> RunResult:
     return RunResult(algo, seed, [float(r[STEPS_KEY]) for r in evals], [float(r[SUCCESS_KEY]) for r in evals],
                      float(np.mean(iter_times)) if iter_times else float("nan"), max(rss) if rss else float("nan"),
                      int(evals[-1].get("eval/episodes", 0)) if evals else 0,
-                     tail_mean("loss/entropy"), tail_mean("rollout/invalid_action_rate"),
+                     tail_mean("loss/entropy"), tail_mean("rollout/invalid_action_rate"), sampled_start, sampled_end,
                      diagnostics, histograms, warmup_digest(run_dir_for(out, algo, seed)))
 
 
@@ -474,10 +481,14 @@ def write_report(out: Path, recipe: str, algos: Sequence[str], seeds: Sequence[i
         lines.append(f"| {algo} | {_fmt([r.iter_seconds for r in runs[algo]], 1.0, 2)} "
                      f"| {_fmt([r.peak_rss_gb for r in runs[algo]], 1.0, 2)} |")
     lines += ["", "## Policy at the end (mean of the last 5 iterations)", "",
-              "| algorithm | token entropy | invalid-action rate (%) |", "|---|---|---|"]
+              "Sampled success is the training rollouts' own (at the rollout temperature): when it holds while the "
+              "greedy evaluation falls, the greedy policy is stuck in loops the sampled one leaves.", "",
+              "| algorithm | token entropy | invalid-action rate (%) | sampled success, first 5 iterations (%) "
+              "| sampled success, last 5 iterations (%) |", "|---|---|---|---|---|"]
     for algo in algos:
         lines.append(f"| {algo} | {_fmt([r.final_entropy for r in runs[algo]], 1.0, 3)} "
-                     f"| {_fmt([r.final_invalid for r in runs[algo]])} |")
+                     f"| {_fmt([r.final_invalid for r in runs[algo]])} | {_fmt([r.sampled_start for r in runs[algo]])} "
+                     f"| {_fmt([r.sampled_end for r in runs[algo]])} |")
     a, b = pair
     lines += ["", f"## {a} vs {b}, unpaired (Welch)", ""]
     if a in runs and b in runs:

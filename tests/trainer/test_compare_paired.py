@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def test_shared_warmup_paired_report_matches_a_hand_computation(tmp_path: Path, 
     assert expected_row("mean of the last 3 evaluations", last3) in report
     # sample efficiency, seed by seed: grpo's final success as the target for gigpo's curve of the same seed
     for s in (0, 1):
-        g, b = curves[f"gigpo-s{s}"], curves[f"grpo-s{s}"]
+        b = curves[f"grpo-s{s}"]
         if b[-1] <= b[0]:
             assert f"| {s} | {b[-1] * 100:.1f} |" in report and "ended at or below its start" in report
     # step groups over training, for both algorithms: two iterations fill the first two of four stretches,
@@ -77,5 +78,9 @@ def test_shared_warmup_paired_report_matches_a_hand_computation(tmp_path: Path, 
                    for s in (0, 1)]
         cells = [f"{100 * np.mean([rs[i]['revisit/multi_row_share'] for rs in records]):.1f}" for i in (1, 2)]
         assert f"| {algo} | rows in step groups > 1 (%) | {cells[0]} | {cells[1]} | n/a | n/a |" in report
+        # sampled success of the training rollouts: with two iterations, first 5 and last 5 are both iterations 1-2
+        sampled = [np.mean([r["rollout/success"] for r in rs if r.get("iteration", 0) >= 1]) for rs in records]
+        cell = f"{100 * np.mean(sampled):.1f} ± {100 * np.std(sampled, ddof=1):.1f}"
+        assert re.search(rf"\| {algo} \| [^|]+ \| [^|]+ \| {re.escape(cell)} \| {re.escape(cell)} \|", report), cell
     assert (out / "curves.png").stat().st_size > 0 and (out / "step_groups_gigpo.png").stat().st_size > 0
     print(f"final-success differences: {final}")
