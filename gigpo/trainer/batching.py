@@ -202,13 +202,21 @@ def bucket_shared(prompts: Sequence[Sequence[int]], lengths: Sequence[int], budg
         rows.append((key, row, width - len(key)))
     rows.sort(key=lambda r: (-(len(r[0]) + r[2]), r[1][0]))
 
+    run = {"first": -1, "end": -1, "keys": set(), "prompt": 0, "responses": 0, "repeat": False}
+
     def padded_size(first: int, end: int) -> Optional[int]:
-        """Tokens of the bin rows[first:end] once padded; None where it breaks the budget or repeats a prompt."""
-        run = rows[first:end]
-        if len({key for key, _, _ in run}) < len(run):
-            return None
-        size = len(run) * (max(len(key) for key, _, _ in run) + max(r for _, _, r in run))
-        return size if size <= budget else None
+        """Tokens of the bin rows[first:end] once padded; None where it breaks the budget or repeats a prompt.
+        The partition asks for end = first + 1, first + 2, ... in turn, so the last run grows by one row
+        (any other order rebuilds it)."""
+        if first != run["first"] or end <= run["end"]:
+            run.update(first=first, end=first, keys=set(), prompt=0, responses=0, repeat=False)
+        for key, _, responses in rows[run["end"]:end]:
+            run["repeat"] = run["repeat"] or key in run["keys"]
+            run["keys"].add(key)
+            run["prompt"], run["responses"] = max(run["prompt"], len(key)), max(run["responses"], responses)
+        run["end"] = end
+        size = (end - first) * (run["prompt"] + run["responses"])
+        return None if run["repeat"] or size > budget else size
 
     return [sorted(i for key, members, _ in rows[a:b] for i in members)
             for a, b in cheapest_partition(len(rows), padded_size, MICRO_BATCH_OVERHEAD_TOKENS)]
@@ -225,6 +233,7 @@ def cheapest_partition(n: int, size: Callable[[int, int], Optional[int]], overhe
 
     `size(a, b)` is a run's padded token count, None where the run is not allowed; a run that is not
     allowed stays so when extended (the budget only fills up), so each start stops at its first refusal.
+    It is called with b = a + 1, a + 2, ... in order for each a, so it may grow its last run by one row.
     Dynamic programming over the cut points: with rows sorted by width, runs of equal widths come out
     together and padding is spent only where a bin saved is worth more. A greedy fill (each bin as full
     as the budget allows) had put 26% padding into sokoban_tiny's micro-batches.

@@ -6,8 +6,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gigpo.trainer.batching import (TokenBudgetError, TrainSample, bucket_by_length, check_token_budget, cheapest_partition, collate,
-                                    pack_by_budget, plan_micro_batches, unpad)
+from gigpo.trainer.batching import (TokenBudgetError, TrainSample, bucket_by_length, check_token_budget,
+                                    cheapest_partition, collate, pack_by_budget, plan_micro_batches, unpad)
 
 
 def _sample(p: int, r: int, base: int = 10) -> TrainSample:
