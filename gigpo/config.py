@@ -99,9 +99,11 @@ class RolloutConfig(Section):
     num_servers: int = Field(1, ge=1)
     """vllm-server: how many servers to start and supervise on this machine."""
     kv_cache_gb: float = Field(1.0, gt=0)
-    """vLLM on CPU: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE)."""
+    """vLLM on CPU: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE). hf: the most GiB of prompt KV kept across
+    the turns of a rollout (with enable_prefix_caching)."""
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1.0)
     enable_prefix_caching: bool = True
+    """vLLM's prefix cache; hf: keep prompts' KV across generate calls until the weights change."""
     max_num_seqs: int = Field(256, gt=0)
     enforce_eager: bool = False
     """vLLM: skip torch.compile, so the engine starts sooner (the tests use it); its effect on

@@ -91,7 +91,8 @@ def make_generator(
     if backend == "hf":
         from gigpo.rollout.hf_backend import HFGenerator
 
-        return HFGenerator(model_path, dtype=dtype, max_batch_size=max_num_seqs)
+        return HFGenerator(model_path, dtype=dtype, max_batch_size=max_num_seqs,
+                           prompt_cache_bytes=int(kv_cache_gb * 2**30) if enable_prefix_caching else 0)
     engine_args = dict(dtype=dtype, seed=seed, kv_cache_gb=kv_cache_gb,
                        gpu_memory_utilization=gpu_memory_utilization,
                        enable_prefix_caching=enable_prefix_caching, max_num_seqs=max_num_seqs,

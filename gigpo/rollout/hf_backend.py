@@ -1,11 +1,12 @@
 """The reference backend: transformers `generate`, batched with left padding, in this process."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Optional
 
 import torch
 
 from gigpo.rollout.generator import Generator, check_prompts, check_version
+from gigpo.rollout.prompt_cache import LayerKV, PromptKVStore
 from gigpo.rollout.types import Completion, SamplingSettings
 from gigpo.rollout.weights import full_state_dict
 
@@ -82,13 +83,16 @@ def torch_dtype(name: str) -> torch.dtype:
 class HFGenerator(Generator):
     """transformers generate on its own copy of the model; weights are copied in on update."""
 
-    def __init__(self, model_path: str, dtype: str = "bf16", max_batch_size: int = 256, share_prefill: bool = True) -> None:
+    def __init__(self, model_path: str, dtype: str = "bf16", max_batch_size: int = 256, share_prefill: bool = True,
+                 prompt_cache_bytes: int = 1 << 30) -> None:
         """`max_batch_size` rows per `generate` call (rollout.max_num_seqs): a whole turn in one call where
         the logits budget allows, since generate's per-token overhead is paid per call. `share_prefill`:
-        prompts that repeat in a call (a group's episodes start in one state, and revisit states) are
-        run through the model once, their KV cache copied to every row (see `_shared_prefill`)."""
+        each distinct prompt is run through the model once, its KV cache copied to every row that shows
+        it (see `_shared_prefill`), and kept for later calls until the weights change, up to
+        `prompt_cache_bytes` (0: within a call only)."""
         super().__init__()
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+        from transformers.cache_utils import DynamicLayer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         # on the GPU when there is one: this backend generates in the trainer's process (on CPU here)
@@ -102,7 +106,10 @@ class HFGenerator(Generator):
             self.pad_id = min(self.eos_ids)
         self.vocab_size = self.model.config.vocab_size
         self.max_batch_size = max_batch_size
-        self.share_prefill = share_prefill
+        # a sliding-window layer keeps only the window's last tokens, so a prompt's cache cannot be cut out of it
+        plain = all(type(layer) is DynamicLayer for layer in DynamicCache(config=self.model.config).layers)
+        self.share_prefill = share_prefill and plain
+        self.prompt_cache = PromptKVStore(prompt_cache_bytes if self.share_prefill else 0)
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], settings: SamplingSettings) -> list[Completion]:
@@ -156,23 +163,57 @@ class HFGenerator(Generator):
         """The KV cache of every row's prompt but its last token, computed once per distinct prompt.
 
         Prefill is most of generation's cost at these sizes (prompts of tens of tokens, answers of a
-        few): a turn's prompts repeat, all of a group's at the first step, and `n` > 1 repeats each. The
-        distinct prompts go through the model once; the cache is then indexed out to every row, and
-        `generate` runs only each row's last prompt token before sampling. None if nothing repeats.
+        few): a turn's prompts repeat, all of a group's at the first step, and `n` > 1 repeats each, and
+        later turns repeat earlier turns' prompts. Prompts not in `prompt_cache` go through the model
+        once; every distinct prompt's cache is then laid out left-padded and indexed out to its rows,
+        and `generate` runs only each row's last prompt token before sampling. None if there is
+        nothing to share (no repeats, nothing kept) or no prefix at all.
         """
         from transformers import DynamicCache
 
+        width = input_ids.shape[1] - 1  # every prompt's prefix ends at this column (left padding)
         first: dict[tuple[int, ...], int] = {}
-        index = [first.setdefault(tuple(r), len(first)) for r in rows]
-        if len(first) == len(rows) or input_ids.shape[1] < 2:
+        index = [first.setdefault(tuple(r[:-1]), len(first)) for r in rows]
+        prefixes = list(first)
+        if width < 1 or (len(prefixes) == len(rows) and self.prompt_cache.max_bytes == 0):
             return None
-        distinct = torch.tensor([index.index(k) for k in range(len(first))], device=input_ids.device)
-        ids, mask = input_ids[distinct, :-1], attention[distinct, :-1]
+        kv: list[Optional[LayerKV]] = [self.prompt_cache.get(p) for p in prefixes]
+        missing = [i for i, layers in enumerate(kv) if layers is None]
+        for i, layers in zip(missing, self._prefill([prefixes[i] for i in missing])):
+            kv[i] = layers
+            self.prompt_cache.put(prefixes[i], layers)
+        cache = DynamicCache(config=self.model.config)
+        to_rows = torch.tensor(index, device=input_ids.device)
+        for layer in range(len(kv[0])):
+            heads, _, head_dim = kv[0][layer][0].shape
+            keys = kv[0][layer][0].new_zeros((len(prefixes), heads, width, head_dim))
+            values = torch.zeros_like(keys)
+            for d, layers in enumerate(kv):  # the padding's keys stay zero: the attention mask hides them
+                k, v = layers[layer]
+                keys[d, :, width - k.shape[1]:] = k
+                values[d, :, width - k.shape[1]:] = v
+            cache.update(keys[to_rows], values[to_rows], layer)
+        return cache
+
+    def _prefill(self, prefixes: list[tuple[int, ...]]) -> list[LayerKV]:
+        """Per prefix, its own per-layer keys and values (heads, len(prefix), head_dim), run as one batch."""
+        from transformers import DynamicCache
+
+        if not prefixes:
+            return []
+        width = max(1, max(len(p) for p in prefixes))
+        ids = torch.full((len(prefixes), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prefixes), width), dtype=torch.long)
+        for i, p in enumerate(prefixes):
+            if p:
+                ids[i, width - len(p):] = torch.tensor(p)
+                mask[i, width - len(p):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
         cache = DynamicCache(config=self.model.config)
         self.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
                    past_key_values=cache, use_cache=True, logits_to_keep=1)
-        cache.batch_select_indices(torch.tensor(index, device=input_ids.device))
-        return cache
+        return [[(layer.keys[i, :, width - len(p):].clone(), layer.values[i, :, width - len(p):].clone())
+                 for layer in cache.layers] for i, p in enumerate(prefixes)]
 
     def _trim(self, ids: list[int], stop: tuple[str, ...], ends: set[int]) -> tuple[list[int], str]:
         """Cut the padding generate adds after a row finished; say why the row finished."""
@@ -188,6 +229,7 @@ class HFGenerator(Generator):
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         check_version(version, self.version)
         state = full_state_dict(named_tensors, bool(self.model.config.tie_word_embeddings), dtype=self.model.dtype)
+        self.prompt_cache.clear()  # every kept prompt cache is of the old weights
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected:
             raise ValueError(f"update_weights got parameters this model does not have: {unexpected[:5]}")

@@ -100,6 +100,75 @@ def test_shared_prefill_gives_the_outputs_of_a_full_prefill(tiny_model_dir):
     assert [c.token_ids for c in shared.generate(prompts, sampled)] == [c.token_ids for c in full.generate(prompts, sampled)]
 
 
+def _count_prefilled(gen: HFGenerator) -> list[int]:
+    """Record how many prefixes each of `gen`'s prefill batches ran (instrumentation, not a stand-in)."""
+    counts: list[int] = []
+    run = gen._prefill
+
+    def counting(prefixes):
+        counts.append(len(prefixes))
+        return run(prefixes)
+
+    gen._prefill = counting
+    return counts
+
+
+def test_prompt_cache_across_calls_gives_the_outputs_of_a_full_prefill(tiny_model_dir):
+    """A later call reuses the KV of prompts an earlier call ran (and runs only the new ones): answers
+    and log-probs must still be those of prefilling every row, whatever the padding of either call."""
+    cached = HFGenerator(str(tiny_model_dir), dtype="fp32")
+    full = HFGenerator(str(tiny_model_dir), dtype="fp32", share_prefill=False)
+    counts = _count_prefilled(cached)
+    base = sample_prompts(6, seed=8)
+    calls = [[base[0], base[1], base[0]],                      # 2 new prefixes
+             [base[1], base[2], base[0], base[3][:3], base[2]],  # 2 new; the longest prompt now pads differently
+             [base[0][:-1] + [7], base[4], base[1]]]           # a new last token on a kept prefix: 1 new
+    for prompts in calls:
+        a, b = cached.generate(prompts, GREEDY), full.generate(prompts, GREEDY)
+        assert [c.token_ids for c in a] == [c.token_ids for c in b]
+        for x, y in zip(a, b):
+            torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5, rtol=0)
+    assert counts == [2, 2, 1]
+    assert len(cached.prompt_cache) == 5
+
+
+def test_prompt_cache_is_dropped_when_the_weights_change(tiny_model_dir):
+    """After a weight update every kept prompt KV is stale: the next call must prefill again and answer
+    as a generator that never kept anything."""
+    cached = HFGenerator(str(tiny_model_dir), dtype="fp32")
+    full = HFGenerator(str(tiny_model_dir), dtype="fp32", share_prefill=False)
+    prompts = sample_prompts(5, seed=9)
+    cached.generate(prompts, GREEDY)
+    model = load_trainer_model(tiny_model_dir)
+    perturb(model, seed=4, scale=0.2)
+    for gen in (cached, full):
+        gen.update_weights(model.named_parameters(), version=1)
+    assert len(cached.prompt_cache) == 0
+    a, b = cached.generate(prompts, GREEDY), full.generate(prompts, GREEDY)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    for x, y in zip(a, b):
+        torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5, rtol=0)
+
+
+def test_prompt_cache_keeps_to_its_byte_budget_and_drops_the_least_recently_used():
+    from gigpo.rollout.prompt_cache import PromptKVStore
+
+    entry = lambda n: [(torch.zeros(2, n, 4), torch.zeros(2, n, 4))]  # noqa: E731  2*n*4 floats x 2 = 64n bytes
+    store = PromptKVStore(max_bytes=64 * 10)
+    store.put((1,), entry(4))
+    store.put((2,), entry(4))
+    assert store.get((1,)) is not None  # (2,) is now the least recently used
+    store.put((3,), entry(4))
+    assert store.get((2,)) is None and store.get((1,)) is not None and store.get((3,)) is not None
+    assert store.bytes == 64 * 8 <= store.max_bytes
+    store.put((4,), entry(11))  # larger than the whole budget: not kept, nothing evicted for it
+    assert store.get((4,)) is None and len(store) == 2
+    store.clear()
+    assert len(store) == 0 and store.bytes == 0
+    with pytest.raises(ValueError, match="max_bytes"):
+        PromptKVStore(-1)
+
+
 def test_sampler_draws_from_the_tempered_top_p_distribution():
     """The sampling processors (temperature, top-p, inverse-CDF draw) must give each token its share of
     the tempered, top-p-truncated distribution, and never a token top-p removed."""
