@@ -200,11 +200,12 @@ class _PolicyForward(_MicroBatchedModel):
     def _logp_entropy(self, mb: MicroBatch, with_entropy: bool) -> tuple[Tensor, Optional[Tensor]]:
         """(n, Rmax) log-probs of the response tokens (and entropies), from the kept positions only."""
         logits = self._call(mb)  # (B * kept, V)
-        # (n, Rmax): one kept position may predict several samples' tokens (the shared layout's prompt end),
-        # so each response token takes its own row of logits; chunked fp32 log-softmax, so a
-        # (tokens x vocabulary) fp32 tensor is never materialised (losses.py)
-        rows = logits[mb.kept_index.reshape(-1)]
-        logp, entropy = token_logp_entropy(rows, mb.kept_targets.reshape(-1), self.settings.temperature, with_entropy)
+        # one kept position may predict several samples' tokens (the shared layout's prompt end), and some
+        # kept positions predict none (padding): each distinct position read gets its log-normaliser once,
+        # in chunks of fp32 rows, so a (tokens x vocabulary) fp32 tensor is never materialised (losses.py)
+        used, slot = torch.unique(mb.kept_index, return_inverse=True)
+        logp, entropy = token_logp_entropy(logits.index_select(0, used), mb.kept_targets.reshape(-1),
+                                           self.settings.temperature, with_entropy, rows=slot.reshape(-1))
         shape = mb.kept_index.shape
         return logp.view(shape), (entropy.view(shape) if with_entropy else None)
 
@@ -401,7 +402,8 @@ class ActorEngine(_TrainedEngine, _PolicyForward):
         pg, clipped = policy_loss(logp, mb.fields["logp_old"], mb.fields["advantage"], L.clip_low, L.clip_high)
         pg_loss = aggregate(pg, mask, agg, denominator)
         ent = aggregate(entropy, mask, agg, denominator)
-        loss = pg_loss - L.entropy_coef * ent
+        # entropy is always logged; only a non-zero coefficient puts it in the graph (its backward is not free)
+        loss = pg_loss - L.entropy_coef * ent if L.entropy_coef else pg_loss
         parts = {"loss/policy": pg_loss.item(), "loss/entropy": ent.item(),
                  "loss/clip_frac": aggregate(clipped, mask, agg, denominator).item(),
                  "loss/approx_kl_old": aggregate(mb.fields["logp_old"] - logp.detach(), mask, agg, denominator).item()}

@@ -87,45 +87,52 @@ LOGIT_CHUNK_ROWS = 256
 """Positions per chunk in `token_logp_entropy`: 256 x 49,152 fp32 is 48 MiB of temporaries at a time."""
 
 
-def _chunk_logp_entropy(logits: Tensor, targets: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+def _chunk_lse_entropy(logits: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
     x = logits.float() / temperature  # (n, V) fp32, one chunk only
     lse = torch.logsumexp(x, dim=-1)  # (n,)
-    logp = x.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
-    entropy = lse - (torch.softmax(x, dim=-1) * x).sum(-1)  # H = logsumexp(x) - E_p[x]
-    return logp, entropy
+    return lse, lse - (torch.softmax(x, dim=-1) * x).sum(-1)  # H = logsumexp(x) - E_p[x]
 
 
-def _chunk_logp(logits: Tensor, targets: Tensor, temperature: float) -> Tensor:
-    x = logits.float() / temperature
-    return x.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(x, dim=-1)
+def _chunk_lse(logits: Tensor, temperature: float) -> Tensor:
+    return torch.logsumexp(logits.float() / temperature, dim=-1)
 
 
 def token_logp_entropy(logits: Tensor, targets: Tensor, temperature: float = 1.0, with_entropy: bool = False,
-                       chunk_rows: int = LOGIT_CHUNK_ROWS) -> tuple[Tensor, Optional[Tensor]]:
-    """Log-probs of `targets` (N,) under (N, V) logits / temperature, and optionally the entropies.
+                       chunk_rows: int = LOGIT_CHUNK_ROWS, rows: Optional[Tensor] = None
+                       ) -> tuple[Tensor, Optional[Tensor]]:
+    """Log-probs of `targets` (N,) under (M, V) logits / temperature, and optionally the entropies.
 
-    Equal to log_softmax(logits.float() / T).gather(targets) and entropy_from_logits, without ever
-    holding (N, V) fp32 tensors: rows go through in chunks, and under autograd each chunk is
-    recomputed in backward (activation checkpointing), so only the logits themselves (in the model's
-    dtype) stay alive. With a 49k-token vocabulary the unchunked form kept ~5 (N, V) fp32 tensors
-    for backward: 1 GiB per 1,000 response tokens.
+    Target i is read from logits row `rows[i]` (default: row i, so M = N). Several targets may share a
+    row (a prompt's last position predicts the first token of every response to it): each row's
+    log-normaliser is computed once. Equal to log_softmax(logits.float() / T)[rows].gather(targets) and
+    entropy_from_logits, without ever holding (M, V) fp32 tensors: rows go through in chunks, and under
+    autograd each chunk is recomputed in backward (activation checkpointing), so only the logits
+    themselves (in the model's dtype) stay alive. With a 49k-token vocabulary the unchunked form kept
+    ~5 (N, V) fp32 tensors for backward: 1 GiB per 1,000 response tokens.
     """
     from torch.utils.checkpoint import checkpoint
 
-    if logits.dim() != 2 or targets.shape != logits.shape[:1]:
-        raise ValueError(f"logits {tuple(logits.shape)} must be (N, V) and targets {tuple(targets.shape)} (N,)")
+    if rows is None and targets.dim() == 1:
+        rows = torch.arange(targets.shape[0], device=targets.device)
+    if logits.dim() != 2 or targets.dim() != 1 or rows is None or rows.shape != targets.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} must be (M, V), targets {tuple(targets.shape)} (N,) and "
+                         f"rows {tuple(rows.shape)} (N,)")
     grad = torch.is_grad_enabled() and logits.requires_grad
-    logps, entropies = [], []
+    lses, entropies = [], []
     for start in range(0, logits.shape[0], chunk_rows):
-        part, tgt = logits[start:start + chunk_rows], targets[start:start + chunk_rows]
-        fn = _chunk_logp_entropy if with_entropy else _chunk_logp
-        out = checkpoint(fn, part, tgt, temperature, use_reentrant=False) if grad else fn(part, tgt, temperature)
+        part = logits[start:start + chunk_rows]
+        fn = _chunk_lse_entropy if with_entropy else _chunk_lse
+        out = checkpoint(fn, part, temperature, use_reentrant=False) if grad else fn(part, temperature)
         if with_entropy:
-            logps.append(out[0])
+            lses.append(out[0])
             entropies.append(out[1])
         else:
-            logps.append(out)
-    if not logps:  # no rows
+            lses.append(out)
+    if not lses or targets.numel() == 0:  # no rows
         empty = logits.new_zeros((0,), dtype=torch.float32)
         return empty, (empty if with_entropy else None)
-    return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)
+    # one logit per target, read out of the flattened logits: its backward scatters N numbers, where
+    # gathering whole (N, V) rows first cost a (N, V) copy and a slow accumulating scatter in backward
+    picked = logits.reshape(-1).take(rows * logits.shape[-1] + targets).float() / temperature
+    logp = picked - torch.cat(lses).take(rows)
+    return logp, (torch.cat(entropies).take(rows) if with_entropy else None)

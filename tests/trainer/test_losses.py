@@ -107,16 +107,18 @@ def _plain_logp_entropy(logits, targets, temperature):
 
 
 def _saved_bytes(fn):
-    """Bytes autograd keeps for backward while `fn` runs (what sets training memory)."""
-    total = [0]
+    """Bytes autograd keeps for backward while `fn` runs (what sets training memory): the storages its
+    saved tensors hold, each counted once (a view saved twice keeps nothing more alive)."""
+    storages: dict[int, int] = {}
 
     def pack(t):
-        total[0] += t.numel() * t.element_size()
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn()
-    return out, total[0]
+    return out, sum(storages.values())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -145,3 +147,29 @@ def test_chunked_logp_entropy_equals_the_plain_form_with_less_memory(dtype):
     assert chunked[3] <= 1.1 * base.numel() * base.element_size()  # chunked: the logits themselves
     logp_only, _ = token_logp_entropy(base, targets, temperature)
     torch.testing.assert_close(logp_only, plain[0], **tol)
+
+
+def test_logp_entropy_reads_shared_rows_once_and_matches_the_plain_form():
+    """Targets that share a logits row (a prompt's end predicting every response's first token) and rows
+    no target reads: log-probs, entropies and gradients must equal the plain per-target form."""
+    from gigpo.trainer.losses import token_logp_entropy
+
+    gen = torch.Generator().manual_seed(1)
+    base = torch.randn(9, 50, generator=gen) * 2
+    rows = torch.tensor([0, 0, 0, 2, 3, 3, 8, 5])  # rows 1, 4, 6 and 7 are read by no target
+    targets = torch.tensor([4, 4, 17, 0, 49, 3, 21, 4])
+    weights = torch.randn(8, generator=gen)
+
+    def run(f):
+        logits = base.clone().requires_grad_(True)
+        logp, ent = f(logits)
+        ((logp * weights).sum() + (ent * weights).sum()).backward()
+        return logp.detach(), ent.detach(), logits.grad
+
+    plain = run(lambda x: _plain_logp_entropy(x[rows], targets, 0.9))
+    shared = run(lambda x: token_logp_entropy(x, targets, 0.9, with_entropy=True, chunk_rows=4, rows=rows))
+    for a, b in zip(plain, shared):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+    assert shared[2][[1, 4, 6, 7]].abs().sum() == 0
+    with pytest.raises(ValueError, match="rows"):
+        token_logp_entropy(base, targets, rows=rows[:3])
