@@ -1,10 +1,12 @@
 """The HF reference backend: contract of completions, log-probs, seeds, stops, weight updates."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from gigpo.rollout.hf_backend import HFGenerator, InverseCdfSampler, sampling_processors
+from gigpo.rollout.hf_backend import HFGenerator, inverse_cdf_draw, sampling_warpers
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import trainer_logprobs
 
@@ -170,8 +172,8 @@ def test_prompt_cache_keeps_to_its_byte_budget_and_drops_the_least_recently_used
 
 
 def test_sampler_draws_from_the_tempered_top_p_distribution():
-    """The sampling processors (temperature, top-p, inverse-CDF draw) must give each token its share of
-    the tempered, top-p-truncated distribution, and never a token top-p removed."""
+    """The warpers (temperature, top-p) and the inverse-CDF draw must give each token its share of the
+    tempered, top-p-truncated distribution, and never a token top-p removed."""
     logits = torch.tensor([2.0, 1.5, 1.0, 0.0, -1.0, -3.0])
     temperature, top_p, rows = 0.8, 0.9, 40_000
     probs = torch.softmax(logits / temperature, -1)
@@ -179,23 +181,74 @@ def test_sampler_draws_from_the_tempered_top_p_distribution():
     expected = torch.where(keep, probs, 0.0) / probs[keep].sum()
     torch.manual_seed(0)
     scores = logits.repeat(rows, 1)
-    for processor in sampling_processors(temperature, top_p):
-        scores = processor(torch.zeros(rows, 1, dtype=torch.long), scores)
-    assert bool(((scores == 0).sum(-1) == 1).all()) and bool(torch.isinf(scores).sum(-1).eq(5).all())
-    counts = torch.bincount(scores.argmax(-1), minlength=6).double()
+    for warp in sampling_warpers(temperature, top_p):
+        scores = warp(None, scores)
+    counts = torch.bincount(inverse_cdf_draw(scores, torch.rand(rows, dtype=torch.float64)), minlength=6).double()
     assert counts[~keep].sum() == 0
     sigma = (rows * expected * (1 - expected)).sqrt()
     assert bool(((counts - rows * expected).abs() <= 5 * sigma + 1e-9).all()), (counts / rows, expected)
 
 
-def test_sampler_never_draws_a_zero_probability_token_when_the_uniform_rounds_up(monkeypatch):
+def test_sampler_never_draws_a_zero_probability_token_when_the_uniform_rounds_up():
     """A uniform number times the total can round up to the total itself; the draw must then be the last
-    token of positive probability, not one past the end or one top-p removed (a fault only a patched
-    random number can cause)."""
+    token of positive probability, not one past the end or one top-p removed."""
     scores = torch.tensor([[0.0, 1.0, 2.0, float("-inf"), float("-inf")]])
-    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.ones(shape, **kw))
-    out = InverseCdfSampler()(torch.zeros(1, 1, dtype=torch.long), scores)
-    assert out.argmax(-1).item() == 2 and out[0, 2] == 0 and torch.isinf(out[0, [0, 1, 3, 4]]).all()
+    nearly_one = torch.tensor([1.0 - 2.0**-53], dtype=torch.float64)
+    assert inverse_cdf_draw(scores, nearly_one).tolist() == [2]
+    assert inverse_cdf_draw(scores, torch.ones(1, dtype=torch.float64)).tolist() == [2]
+    assert inverse_cdf_draw(scores, torch.zeros(1, dtype=torch.float64)).tolist() == [0]
+
+
+def test_decode_samples_what_generate_samples_with_the_same_draws(hf):
+    """The decode loop drops finished rows; transformers' generate keeps them. With the same uniform
+    numbers (row r's token t uses number [t, r]) both must sample the same tokens, greedy and sampled."""
+    from transformers import LogitsProcessorList
+
+    prompts = sample_prompts(6, seed=12)
+    width = max(map(len, prompts))
+    ids = torch.tensor([[hf.pad_id] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    for free in (SamplingSettings(temperature=0, max_new_tokens=14),
+                 SamplingSettings(temperature=1.4, top_p=0.95, max_new_tokens=14, seed=3)):
+        stop_id = hf.generate(prompts, free)[0].token_ids[3]  # an extra end token, so some rows end early
+        ends = sorted(hf.eos_ids | {stop_id})
+        settings = dataclasses.replace(free, stop_token_ids=(stop_id,))
+        ours = hf.generate(prompts, settings)
+        assert any(len(c.token_ids) < 14 for c in ours) and any(len(c.token_ids) == 14 for c in ours), \
+            [len(c.token_ids) for c in ours]
+        processors = []
+        if settings.temperature > 0:
+            torch.manual_seed(settings.seed)
+            uniforms = torch.rand((14, len(prompts)), dtype=torch.float64)
+            warpers = sampling_warpers(settings.temperature, settings.top_p)
+
+            def draw(input_ids, scores):
+                for warp in warpers:
+                    scores = warp(None, scores)
+                token = inverse_cdf_draw(scores, uniforms[input_ids.shape[1] - width])
+                return torch.full_like(scores, float("-inf")).scatter_(-1, token[:, None], 0.0)
+            processors = [draw]
+        out = hf.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=14, do_sample=False, temperature=None,
+                                top_p=None, top_k=None, eos_token_id=ends, pad_token_id=hf.pad_id,
+                                logits_processor=LogitsProcessorList(processors))
+        theirs = [row[width:] for row in out.tolist()]
+        for c, row in zip(ours, theirs):
+            assert c.token_ids == row[:len(c.token_ids)]
+            assert c.finish_reason == ("stop" if c.token_ids[-1] in ends else "length")
+
+
+def test_stop_strings_end_a_row_where_the_text_first_contains_one(hf):
+    """A stop string ends its row at the token that completes it (kept, reason "stop"); other rows run on."""
+    prompts = sample_prompts(3, seed=13)
+    free = hf.generate(prompts, SamplingSettings(temperature=0, max_new_tokens=10))
+    text = hf.tokenizer.decode(free[0].token_ids[:4])
+    stop = text[-2:]  # ends inside the greedy answer's 4th token, or exactly at its end
+    first = next(k for k in range(1, 11) if stop in hf.tokenizer.decode(free[0].token_ids[:k]))
+    out = hf.generate(prompts, SamplingSettings(temperature=0, max_new_tokens=10, stop=(stop,)))
+    assert out[0].token_ids == free[0].token_ids[:first] and out[0].finish_reason == "stop"
+    for c, f in zip(out[1:], free[1:]):
+        cut = next((k for k in range(1, len(f.token_ids) + 1) if stop in hf.tokenizer.decode(f.token_ids[:k])), None)
+        assert c.token_ids == (f.token_ids[:cut] if cut else f.token_ids)
 
 
 def test_tiny_top_p_samples_the_greedy_answer(hf):
