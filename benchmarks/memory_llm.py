@@ -104,6 +104,7 @@ def main() -> None:
 
     sampling = SamplingSettings(temperature=1.0, max_new_tokens=args.response, seed=0)
     phase("generate", lambda: generator.generate([s.prompt_ids for s in samples], sampling), report)
+    generator.end_rollout()  # as `rollout` does: the prompt cache does not outlive the rollout
 
     def logprobs():
         for s, lp in zip(samples, actor.compute_log_probs(samples)):

@@ -110,36 +110,39 @@ def rollout(
     turn = 0
     cut = 0
     live = [v for v in views if not v.done]
-    while live:
-        t0 = time.perf_counter()
-        prompts = prompt_fn(live)
-        for i, ids in enumerate(prompts):
-            if len(ids) > max_prompt_tokens:
-                prompts[i] = ids[-max_prompt_tokens:]
-                cut += 1
-        t1 = time.perf_counter()
-        turn_settings = settings if settings.seed is None else _reseed(settings, settings.seed * 1000 + turn)
-        completions = generator.generate(prompts, turn_settings)
-        t2 = time.perf_counter()
-        results = pool.step({v.episode_idx: c.text for v, c in zip(live, completions)})
-        t3 = time.perf_counter()
-        t_prompt, t_gen, t_env = t_prompt + t1 - t0, t_gen + t2 - t1, t_env + t3 - t2
-        by_idx = {r.episode_idx: r for r in results}
-        for view, prompt, completion in zip(live, prompts, completions):
-            after = by_idx[view.episode_idx]
-            valid = bool(after.info.get("action_valid", True))
-            invalid[view.episode_idx] += not valid
-            returns[view.episode_idx] += after.reward
-            tokens += len(completion.token_ids)
-            steps.append(StepRecord(
-                group=group_offset + view.group_idx, traj=traj_offset + view.episode_idx, step=view.step, prompt_ids=prompt,
-                response_ids=list(completion.token_ids), response_logprobs=list(completion.logprobs),
-                reward=float(after.reward), anchor=str(view.anchor), action_valid=valid,
-                truncated_response=completion.finish_reason == "length"))
-        live = [r for r in results if not r.done]
-        turn += 1
-        if progress is not None:
-            progress(len(views) - len(live), len(views))
+    try:  # what the generator kept across turns (the HF prompt cache) goes when the rollout ends, even on error
+        while live:
+            t0 = time.perf_counter()
+            prompts = prompt_fn(live)
+            for i, ids in enumerate(prompts):
+                if len(ids) > max_prompt_tokens:
+                    prompts[i] = ids[-max_prompt_tokens:]
+                    cut += 1
+            t1 = time.perf_counter()
+            turn_settings = settings if settings.seed is None else _reseed(settings, settings.seed * 1000 + turn)
+            completions = generator.generate(prompts, turn_settings)
+            t2 = time.perf_counter()
+            results = pool.step({v.episode_idx: c.text for v, c in zip(live, completions)})
+            t3 = time.perf_counter()
+            t_prompt, t_gen, t_env = t_prompt + t1 - t0, t_gen + t2 - t1, t_env + t3 - t2
+            by_idx = {r.episode_idx: r for r in results}
+            for view, prompt, completion in zip(live, prompts, completions):
+                after = by_idx[view.episode_idx]
+                valid = bool(after.info.get("action_valid", True))
+                invalid[view.episode_idx] += not valid
+                returns[view.episode_idx] += after.reward
+                tokens += len(completion.token_ids)
+                steps.append(StepRecord(
+                    group=group_offset + view.group_idx, traj=traj_offset + view.episode_idx, step=view.step, prompt_ids=prompt,
+                    response_ids=list(completion.token_ids), response_logprobs=list(completion.logprobs),
+                    reward=float(after.reward), anchor=str(view.anchor), action_valid=valid,
+                    truncated_response=completion.finish_reason == "length"))
+            live = [r for r in results if not r.done]
+            turn += 1
+            if progress is not None:
+                progress(len(views) - len(live), len(views))
+    finally:
+        generator.end_rollout()
     episodes = [EpisodeSummary(traj=traj_offset + v.episode_idx, group=group_offset + v.group_idx, seed=v.seed, won=v.won,
                                episode_return=returns[v.episode_idx], length=v.step, invalid_steps=invalid[v.episode_idx],
                                task_type=v.task_type, error=v.error) for v in pool.episodes]

@@ -42,6 +42,10 @@ class Generator(abc.ABC):
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         """Load the trainer's parameters (HF names; a tied lm_head may be absent) and set `version`."""
 
+    def end_rollout(self) -> None:
+        """A rollout is over: drop what was kept across its turns for speed (the HF backend's prompt
+        cache), so it does not sit in memory through the log-prob and update phases."""
+
     def close(self) -> None:
         """Release processes and memory. Idempotent."""
 

@@ -54,7 +54,7 @@ class HFGenerator(Generator):
         """`max_batch_size` rows per `generate` call (rollout.max_num_seqs): a whole turn in one call where
         the logits budget allows, since generate's per-token overhead is paid per call. `share_prefill`:
         each distinct prompt is run through the model once, its KV cache copied to every row that shows
-        it (see `_shared_prefill`), and kept for later calls until the weights change, up to
+        it (see `_shared_prefill`), and kept for later turns until the rollout ends or the weights change, up to
         `prompt_cache_bytes` (0: within a call only)."""
         super().__init__()
         from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
@@ -218,6 +218,9 @@ class HFGenerator(Generator):
                    past_key_values=cache, use_cache=True, logits_to_keep=1)
         return [[(layer.keys[i, :, width - len(p):].clone(), layer.values[i, :, width - len(p):].clone())
                  for layer in cache.layers] for i, p in enumerate(prefixes)]
+
+    def end_rollout(self) -> None:
+        self.prompt_cache.clear()
 
     @torch.inference_mode()
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:

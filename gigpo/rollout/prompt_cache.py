@@ -4,8 +4,9 @@ A rollout calls `generate` once per turn, and later turns show many prompts an e
 ran: an episode that bumps into a wall sees its state again, and the episodes of a group meet in the
 same states. On sokoban_tiny a rollout's 8 calls held 537 distinct prompts, of which 216 were new to
 the rollout (benchmarks/bench_prefill.py). Keeping each prompt's keys and values for the rest of the
-weight version lets the prefill run only the new ones. Least recently used entries go first once the
-byte budget is full; `clear` is called whenever the weights change, since every entry is then stale.
+rollout lets the prefill run only the new ones. Least recently used entries go first once the byte
+budget is full. The store is emptied when the rollout ends (so it takes no memory from the log-prob and
+update phases) and whenever the weights change (every entry is then stale).
 """
 from __future__ import annotations
 

@@ -258,3 +258,34 @@ def test_tiny_top_p_samples_the_greedy_answer(hf):
     greedy = hf.generate(prompts, GREEDY)
     sampled = hf.generate(prompts, SamplingSettings(temperature=1.0, top_p=1e-6, max_new_tokens=16, seed=3))
     assert [c.token_ids for c in sampled] == [c.token_ids for c in greedy]
+
+
+def test_a_rollout_reuses_prompts_across_turns_and_leaves_no_cache_behind(tiny_model_dir):
+    """Played through `rollout` (real Sokoban pool): the kept prompt KV must spare prefills of prompts an
+    earlier turn ran, give the episodes a full prefill gives, and be gone when the rollout ends."""
+    from gigpo.config import load_config
+    from gigpo.rollout.collect import rollout
+    from gigpo.trainer.loop import build_pool, build_prompt_fn, sampling, train_seeds
+
+    config = load_config("recipes/sokoban_tiny.yaml", ["env.num_groups=2", "env.group_size=4", "env.max_steps=5"])
+    cached = HFGenerator(str(tiny_model_dir), dtype="fp32")
+    full = HFGenerator(str(tiny_model_dir), dtype="fp32", share_prefill=False)
+    prefilled = _count_prefilled(cached)
+    distinct: list[int] = []
+    generate = cached.generate
+
+    def recording(prompts, settings):
+        distinct.append(len({tuple(p[:-1]) for p in prompts}))
+        return generate(prompts, settings)
+
+    cached.generate = recording
+    prompt_fn = build_prompt_fn(config, cached.tokenizer)
+    played = {}
+    with build_pool(config) as pool:
+        for name, gen in (("cached", cached), ("full", full)):
+            played[name] = rollout(pool, gen, prompt_fn, train_seeds(config, 1), config.env.group_size,
+                                   sampling(config, evaluation=False, seed=1), config.rollout.max_prompt_tokens)
+    assert [(s.prompt_ids, s.response_ids) for s in played["cached"].steps] == \
+        [(s.prompt_ids, s.response_ids) for s in played["full"].steps]
+    assert len(distinct) > 1 and sum(prefilled) < sum(distinct), (prefilled, distinct)
+    assert len(cached.prompt_cache) == 0 and cached.prompt_cache.bytes == 0
