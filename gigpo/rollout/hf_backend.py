@@ -47,12 +47,12 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 class HFGenerator(Generator):
-    """transformers generate on its own copy of the model; weights are copied in on update."""
+    """A transformers model of its own, sampled by our decode loop; weights are copied in on update."""
 
     def __init__(self, model_path: str, dtype: str = "bf16", max_batch_size: int = 256, share_prefill: bool = True,
                  prompt_cache_bytes: int = 1 << 30) -> None:
         """`max_batch_size` rows per `generate` call (rollout.max_num_seqs): a whole turn in one call where
-        the logits budget allows, since generate's per-token overhead is paid per call. `share_prefill`:
+        the logits budget allows, since each decode step's fixed overhead is paid per call. `share_prefill`:
         each distinct prompt is run through the model once, its KV cache copied to every row that shows
         it (see `_shared_prefill`), and kept for later turns until the rollout ends or the weights change, up to
         `prompt_cache_bytes` (0: within a call only)."""
@@ -116,7 +116,7 @@ class HFGenerator(Generator):
         Returns (rows, T) tokens and raw log-probs (before temperature and top-p), each row's length and
         whether it ended by an end token or stop string. Why not `generate`: it keeps decoding every row
         until the last one ends (on sokoban_tiny most answers end by token 8 of 12, and a few run to 12),
-        and its per-call set-up is paid once per turn; this loop gave the same samples in 17% less
+        and its per-call set-up is paid once per turn; this loop gave the same samples in a quarter less
         rollout CPU (docs/benchmarks.md). Row r's token t uses uniform number [t, r] of a block drawn up
         front, so a row's draws do not depend on when the other rows end.
         """
@@ -170,7 +170,7 @@ class HFGenerator(Generator):
         few): a turn's prompts repeat, all of a group's at the first step, and `n` > 1 repeats each, and
         later turns repeat earlier turns' prompts. Prompts not in `prompt_cache` go through the model
         once; every distinct prompt's cache is then laid out left-padded and indexed out to its rows,
-        and `generate` runs only each row's last prompt token before sampling. None if there is
+        and the decode loop runs only each row's last prompt token before sampling. None if there is
         nothing to share (no repeats, nothing kept) or no prefix at all.
         """
         from transformers import DynamicCache
