@@ -103,7 +103,8 @@ class RolloutConfig(Section):
     the turns of a rollout (with enable_prefix_caching)."""
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1.0)
     enable_prefix_caching: bool = True
-    """vLLM's prefix cache; hf: keep prompts' KV across generate calls until the weights change."""
+    """vLLM's prefix cache; hf: keep prompts' KV across the turns of a rollout (emptied when it ends or the
+    weights change)."""
     max_num_seqs: int = Field(256, gt=0)
     enforce_eager: bool = False
     """vLLM: skip torch.compile, so the engine starts sooner (the tests use it); its effect on

@@ -116,7 +116,7 @@ def token_logp_entropy(logits: Tensor, targets: Tensor, temperature: float = 1.0
         rows = torch.arange(targets.shape[0], device=targets.device)
     if logits.dim() != 2 or targets.dim() != 1 or rows is None or rows.shape != targets.shape:
         raise ValueError(f"logits {tuple(logits.shape)} must be (M, V), targets {tuple(targets.shape)} (N,) and "
-                         f"rows {tuple(rows.shape)} (N,)")
+                         f"rows {None if rows is None else tuple(rows.shape)} (N,)")
     grad = torch.is_grad_enabled() and logits.requires_grad
     lses, entropies = [], []
     for start in range(0, logits.shape[0], chunk_rows):

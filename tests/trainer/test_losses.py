@@ -173,3 +173,5 @@ def test_logp_entropy_reads_shared_rows_once_and_matches_the_plain_form():
     assert shared[2][[1, 4, 6, 7]].abs().sum() == 0
     with pytest.raises(ValueError, match="rows"):
         token_logp_entropy(base, targets, rows=rows[:3])
+    with pytest.raises(ValueError, match="targets"):  # 2-D targets and no rows: named, not an AttributeError
+        token_logp_entropy(base, targets[None])
