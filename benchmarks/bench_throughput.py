@@ -92,6 +92,8 @@ class BareLoop:
         """Temperature-1 sampling with a KV cache; returns response ids (up to the end token) and their log-probs."""
         from transformers import DynamicCache
 
+        from gigpo.rollout.hf_backend import inverse_cdf_draw  # multinomial cost ~2 ms per call here
+
         width = max(len(p) for p in prompts)
         ids = torch.zeros(len(prompts), width, dtype=torch.long)
         mask = torch.zeros(len(prompts), width, dtype=torch.long)
@@ -106,9 +108,7 @@ class BareLoop:
         live = torch.ones(len(prompts), dtype=torch.bool)
         for _ in range(max_new):
             logp = torch.log_softmax(logits.float(), -1)
-            cdf = logp.exp().double().cumsum(-1)  # inverse-CDF draw: multinomial cost ~2 ms per call here
-            u = torch.rand(len(prompts), 1, dtype=torch.float64) * cdf[:, -1:]
-            token = torch.searchsorted(cdf, u, right=True)[:, 0].clamp(max=cdf.shape[-1] - 1)
+            token = inverse_cdf_draw(logits.float(), torch.rand(len(prompts), dtype=torch.float64))
             chosen = logp.gather(-1, token[:, None])[:, 0]
             for i in torch.nonzero(live)[:, 0].tolist():
                 out[i].append(int(token[i]))
