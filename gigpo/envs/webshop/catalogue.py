@@ -2,8 +2,14 @@
 
 A catalogue comes from the generator (`generate.generate_catalogue`) or from the official WebShop
 files (`official.load_official`). Its goal list is fixed when the catalogue is built and split by
-index (test first, then eval, then train), so every worker, and every run, sees the same split: a
-goal's split never depends on a reset seed.
+index, so every worker, and every run, sees the same split: a goal's split never depends on a reset
+seed. Three split schemes (`SPLIT_SCHEMES`):
+
+    share    test = the first 10% (at most 500), eval = the next as many, train = the rest
+             (gigpo's; the default for the generated shop, whose size varies)
+    paper    test = eval = goals 0-499, train = 500 onwards: the GiGPO paper's code (verl-agent's
+             WebShop env) evaluates on the first 500 goals and trains on the rest (the official default)
+    webshop  test = 0-499, eval = 500-1499, train = 1500 onwards: WebShop's own baselines
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ if TYPE_CHECKING:
     from gigpo.envs.webshop.search import SearchIndex
 
 SPLITS: tuple[str, ...] = ("train", "eval", "test")
+SPLIT_SCHEMES: tuple[str, ...] = ("share", "paper", "webshop")
 #: Test and eval each take this share of the goals (at least one each, at most `MAX_HELD_OUT`).
 HELD_OUT_SHARE = 0.1
 #: WebShop's reference setup evaluates on 500 goals; larger catalogues hold out no more than that.
@@ -45,6 +52,11 @@ class Product:
     """Official data: the search query the product was scraped with (part of its type match)."""
     category: tuple[str, ...] = ()
     """Official data: the category path ("beauty & personal care", "hair care", ...)."""
+    price_tag: str = ""
+    """Official data: the price as the reference shows it ("$10.0 to $25.5" for a range); "" -> "$12.99"."""
+
+    def shown_price(self) -> str:
+        return self.price_tag or f"${self.price:.2f}"
 
     def option_values(self) -> dict[str, str]:
         """value -> option name, for every value the item page offers."""
@@ -108,10 +120,19 @@ class Catalogue:
             self._index = SearchIndex(self.products)
         return self._index
 
-    def split_range(self, split: str) -> range:
-        """Goal indices of a split: test first, then eval, then train (the rest)."""
+    def split_range(self, split: str, scheme: str = "share") -> range:
+        """Goal indices of `split` under `scheme` (see the module docstring); may be empty for small catalogues."""
         if split not in SPLITS:
             raise ValueError(f"split={split!r} is unknown; use one of {', '.join(SPLITS)}")
         total = len(self.goals)
-        held = min(MAX_HELD_OUT, max(1, int(total * HELD_OUT_SHARE)))
-        return {"test": range(0, held), "eval": range(held, 2 * held), "train": range(2 * held, total)}[split]
+        if scheme == "share":
+            held = min(MAX_HELD_OUT, max(1, int(total * HELD_OUT_SHARE)))
+            bounds = {"test": (0, held), "eval": (held, 2 * held), "train": (2 * held, total)}
+        elif scheme == "paper":
+            bounds = {"test": (0, 500), "eval": (0, 500), "train": (500, total)}
+        elif scheme == "webshop":
+            bounds = {"test": (0, 500), "eval": (500, 1500), "train": (1500, total)}
+        else:
+            raise ValueError(f"split_scheme={scheme!r} is unknown; use one of {', '.join(SPLIT_SCHEMES)}")
+        start, stop = bounds[split]
+        return range(min(start, total), min(stop, total))

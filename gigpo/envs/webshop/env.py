@@ -21,7 +21,8 @@ Reward
 Episode end
     terminated at Buy Now; truncated after `max_steps` (15) steps, invalid ones included.
 Goals
-    A fixed goal list split by index (test, eval, train; `Catalogue.split_range`). The reset seed picks
+    A fixed goal list split by index (`split_scheme`: "share" by default on the generated shop, the
+    GiGPO paper's "paper" split on official data; `Catalogue.split_range`). The reset seed picks
     goal `split[seed % len(split)]`; `options={"goal_index": i}` picks goal i of the whole list.
 Anchor
     The page without the instruction line, as in the GiGPO reference code.
@@ -85,6 +86,7 @@ class WebShopEnv(AgentEnv):
         split: str = "train",
         data_path: Optional[str] = None,
         human_goals: bool = True,
+        split_scheme: Optional[str] = None,
         max_steps: int = MAX_STEPS,
         invalid_action_penalty: float = 0.1,
         render_mode: Optional[str] = None,
@@ -93,10 +95,16 @@ class WebShopEnv(AgentEnv):
         if max_steps < 1:
             raise ValueError(f"max_steps={max_steps} must be at least 1")
         self.catalogue = load_catalogue(data_path, num_products, catalogue_seed, human_goals)
-        self.goal_indices = self.catalogue.split_range(split)
+        official = self.catalogue.source == "official"
+        self.split_scheme = split_scheme or ("paper" if official else "share")
+        self.goal_indices = self.catalogue.split_range(split, self.split_scheme)
+        if not self.goal_indices:
+            raise ValueError(f"split={split!r} has no goals under split_scheme={self.split_scheme!r}: the catalogue "
+                             f"has {len(self.catalogue.goals)}; pass split_scheme='share' (10% test, 10% eval, the "
+                             f"rest train) for a catalogue this small")
         self.split = split
         self.max_steps = int(max_steps)
-        self._fuzzy = self.catalogue.source == "official"
+        self._fuzzy = official
         self._seed: Optional[int] = None
         self._goal_index = -1
         self.goal: Optional[Goal] = None
@@ -122,7 +130,9 @@ class WebShopEnv(AgentEnv):
     # ------------------------------------------------------------------ AgentEnv hooks
     def _reset(self, options: Optional[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         episode_seed = self._seed if self._seed is not None else rng_seed(self.np_random)
-        index = (options or {}).get("goal_index", self.goal_indices[episode_seed % len(self.goal_indices)])
+        index = (options or {}).get("goal_index")
+        if index is None:
+            index = self.goal_indices[episode_seed % len(self.goal_indices)]
         if not 0 <= index < len(self.catalogue.goals):
             raise ValueError(f"goal_index={index} must be in [0, {len(self.catalogue.goals)})")
         self._goal_index, self.goal = index, self.catalogue.goals[index]
@@ -203,7 +213,7 @@ class WebShopEnv(AgentEnv):
             if not self._match(state.asin):
                 return f"click[{PREV_PAGE}]"
             product = self.catalogue.by_asin[state.asin]
-            for name, value in best_options(product, goal).items():
+            for name, value in best_options(product, goal, self._fuzzy).items():
                 if state.options.get(name) != value:
                     return f"click[{value}]"
             return f"click[{BUY_NOW}]"
@@ -225,7 +235,7 @@ class WebShopEnv(AgentEnv):
         if asin not in self._matches:
             assert self.goal is not None
             product = self.catalogue.by_asin[asin]
-            score = score_purchase(product, best_options(product, self.goal), self.goal, self._fuzzy)
+            score = score_purchase(product, best_options(product, self.goal, self._fuzzy), self.goal, self._fuzzy)
             self._matches[asin] = score.reward == 1.0 or asin == self.goal.asin
         return self._matches[asin]
 

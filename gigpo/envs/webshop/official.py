@@ -15,7 +15,8 @@ Where a directory holds several `items_shuffle*` (or `items_ins_v2*`) files, the
 (the reference code's default is its 1,000-product set); pass the file names to choose.
 
 Differences from the reference loader, all for determinism: a price range's price is its midpoint
-(the reference draws one at random per load), price bounds come from a generator seeded with
+(the reference draws one at random per load; the pages show the range as the reference does,
+"$10.0 to $25.5"), price bounds come from a generator seeded with
 `seed` and the goal's index, and goals are shuffled by a seeded NumPy permutation (the reference
 uses Python's `random.seed(233)`, whose sequence the workers' own draws then disturb).
 """
@@ -59,12 +60,21 @@ def _read(path: Path) -> Any:
         raise ValueError(f"{path} is not valid JSON: {exc}") from None
 
 
+def _prices(pricing: Any) -> list[float]:
+    """The one or two dollar amounts of a pricing string; [$100] when there are none, as in the reference."""
+    values = [float(v.replace(",", "")) for v in _PRICE_RE.findall(pricing or "")] if isinstance(pricing, str) else []
+    return values[:2] or [DEFAULT_PRICE]
+
+
 def parse_pricing(pricing: Any) -> float:
     """"$12.99" -> 12.99; "$10.00 - $20.00" -> 15.0 (the midpoint); missing -> $100 as in the reference."""
-    values = [float(v.replace(",", "")) for v in _PRICE_RE.findall(pricing or "")] if isinstance(pricing, str) else []
-    if not values:
-        return DEFAULT_PRICE
+    values = _prices(pricing)
     return values[0] if len(values) == 1 else round((values[0] + values[1]) / 2, 2)
+
+
+def price_tag(pricing: Any) -> str:
+    """The price as the reference's pages show it: "$12.99", "$10.0 to $25.5" (Python's float repr), "$100.0"."""
+    return " to ".join(f"${v!r}" for v in _prices(pricing))
 
 
 def _ascii(text: Any) -> str:
@@ -88,7 +98,7 @@ def _product(raw: dict[str, Any], attributes: dict[str, Any], reviews: dict[str,
     category = tuple(x.strip().lower() for x in (raw.get("product_category") or "").split("›") if x.strip())
     return Product(
         asin=asin.lower(), title=_ascii(raw.get("name")), product_type=query, department=(raw.get("category") or ""),
-        price=parse_pricing(raw.get("pricing")),
+        price=parse_pricing(raw.get("pricing")), price_tag=price_tag(raw.get("pricing")),
         attributes=tuple(_ascii(a) for a in attributes.get(asin, {}).get("attributes") or ()), options=tuple(options),
         bullets=tuple(_ascii(b) for b in (bullets if isinstance(bullets, list) else [bullets])),
         description=_ascii(raw.get("full_description")), reviews=tuple(reviews.get(asin, ())), query=query,
@@ -141,7 +151,8 @@ def load_official(data_path: str, num_products: Optional[int] = None, human_goal
         for asin, product in by_raw_asin.items():
             for entry in human.get(asin, []):
                 if entry.get("instruction_attributes"):
-                    options = [("", _option_value(v)) for v in entry.get("instruction_options") or []]
+                    # the goal's option values as written: the reward compares them fuzzily (normalize.py)
+                    options = [("", _ascii(v).strip()) for v in entry.get("instruction_options") or []]
                     goals.append(_goal(product, entry["instruction"], entry["instruction_attributes"], options,
                                        len(goals), seed))
     else:
@@ -149,8 +160,9 @@ def load_official(data_path: str, num_products: Optional[int] = None, human_goal
             entry = attributes.get(asin, {})
             if not entry.get("instruction"):
                 continue
-            names = [name for name, _ in product.options]
-            for combination in itertools.product(*(values for _, values in product.options)):
+            by_name = dict(product.options)
+            names = sorted(by_name)  # the reference lists a synthetic goal's options sorted by name
+            for combination in itertools.product(*(by_name[name] for name in names)):
                 options = list(zip(names, combination))
                 suffix = " with " + ", and ".join(f"{n}: {v}" for n, v in options) if options else ""
                 goals.append(_goal(product, entry["instruction"].strip(".") + suffix,

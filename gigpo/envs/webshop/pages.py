@@ -63,7 +63,7 @@ def render_body(state: PageState, products: dict[str, Product], purchase_note: s
             lines.append("No products match your search.")
         for asin in shown:
             product = products[asin]
-            lines += [f"[{asin}]", product.title, f"${product.price:.2f}"]
+            lines += [f"[{asin}]", product.title, product.shown_price()]
         return "\n".join(lines)
     if state.kind == "done":
         return purchase_note
@@ -74,7 +74,7 @@ def render_body(state: PageState, products: dict[str, Product], purchase_note: s
         for name, values in product.options:
             chosen = state.options.get(name)
             lines.append(f"{name}: " + " ".join(f"[{v}]" + (" (selected)" if v == chosen else "") for v in values))
-        lines += [product.title, f"Price: ${product.price:.2f}", f"Rating: {product.rating()}",
+        lines += [product.title, f"Price: {product.shown_price()}", f"Rating: {product.rating()}",
                   "[Description] [Features] [Reviews] [Attributes] [Buy Now]"]
     elif state.sub == "description":
         lines.append(product.description or "(no description)")

@@ -5,11 +5,16 @@ times a product-type match.
 
 Generated catalogues match exactly: an attribute is in the product's attribute list, an option is the
 value chosen on the item page, and the type is 1 for the goal's product type, 0.5 for another type
-of the same department, 0 otherwise. Official data follows the reference code's looser rules: fuzzy
-attribute matching (RapidFuzz's token-set ratio above 85, or the phrase appearing in the title,
-bullets or description), option values also found in that text, and a type match from the search
-query, the category path and the share of the goal title's words in the bought title (the reference
-uses spaCy nouns; here every non-stopword counts, see docs/envs.md).
+of the same department, 0 otherwise. Official data follows the reference code (the WebShop copy the
+GiGPO paper's code vendors, `web_agent_site/engine/goal.py`):
+
+- an attribute matches when one of the product's attributes scores a thefuzz token-set ratio above 85
+  against it, or the phrase appears in the title, the bullets or the description;
+- an option matches only through the CHOSEN options: some chosen value, colour-normalised, scores above
+  85 against the colour-normalised goal value (`normalize.option_matches`); product text gives no credit;
+- the type match is graded from the search query, the category path and the share of the goal title's
+  words in the bought title (the reference uses spaCy nouns; here every non-stopword counts, see
+  docs/envs.md).
 """
 from __future__ import annotations
 
@@ -18,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gigpo.envs.webshop.catalogue import Goal, Product
+from gigpo.envs.webshop.normalize import fuzzy_match, normalize_color, option_matches, token_set_ratio
 
-FUZZY_THRESHOLD = 85
 _WORD_RE = re.compile(r"[a-z0-9]+")
 
 
@@ -37,24 +42,44 @@ class Score:
                 "options": dict(self.options), "price": self.price}
 
 
-def best_options(product: Product, goal: Goal) -> dict[str, str]:
-    """The options an expert picks: each goal option the product offers (name -> value)."""
-    offered = product.option_values()
+def best_options(product: Product, goal: Goal, fuzzy: bool = False) -> dict[str, str]:
+    """The options an expert picks (name -> value): for each goal option, the offered value that matches it.
+
+    Exact on the generated shop. On official data each goal option not yet matched by the values picked
+    so far takes the offered value with the highest token-set ratio after colour normalisation, if that
+    passes the reference's threshold (one value per option name; a goal option that names its option
+    looks only there when the product has it).
+    """
+    if not fuzzy:
+        offered = product.option_values()
+        return {offered[value]: value for name, value in goal.options
+                if value in offered and (not name or offered[value] == name)}
     chosen: dict[str, str] = {}
-    for name, value in goal.options:
-        if value in offered and (not name or offered[value] == name):
-            chosen[offered[value]] = value
+    names = {name for name, _ in product.options}
+    for goal_name, value in goal.options:
+        if option_matches(value, list(chosen.values())):
+            continue
+        target = normalize_color(value)
+        candidates = [(token_set_ratio(normalize_color(v), target), name, v) for name, values in product.options
+                      if name not in chosen and (goal_name not in names or name == goal_name) for v in values]
+        if candidates:
+            _, name, v = max(candidates, key=lambda c: c[0])  # the first of equals: page order
+            if fuzzy_match(normalize_color(v), target):
+                chosen[name] = v
     return chosen
 
 
 def score_purchase(product: Product, chosen: dict[str, str], goal: Goal, fuzzy: bool) -> Score:
     """Score buying `product` with `chosen` options (name -> value) against `goal`."""
-    text = " ".join((product.title, " ".join(product.bullets), product.description)).lower() if fuzzy else ""
-    attributes = {a: _attribute_matches(a, product, text, fuzzy) for a in goal.attributes}
+    match = _official_attribute_matches if fuzzy else (lambda attribute, p: attribute in p.attributes)
+    attributes = {a: match(a, product) for a in goal.attributes}
     options = {}
     for name, value in goal.options:
-        picked = chosen.get(name) == value if name else value in chosen.values()
-        options[f"{name}: {value}" if name else value] = picked or (fuzzy and value in text)
+        if fuzzy:
+            picked = option_matches(value, list(chosen.values()))
+        else:
+            picked = chosen.get(name) == value if name else value in chosen.values()
+        options[f"{name}: {value}" if name else value] = picked
     price = product.price <= goal.price_upper
     type_match = _official_type_match(product, goal) if fuzzy else _generated_type_match(product, goal)
     matched = sum(attributes.values()) + sum(options.values()) + int(price)
@@ -62,14 +87,12 @@ def score_purchase(product: Product, chosen: dict[str, str], goal: Goal, fuzzy: 
     return Score(reward, type_match, attributes, options, price)
 
 
-def _attribute_matches(attribute: str, product: Product, text: str, fuzzy: bool) -> bool:
-    if not fuzzy:
-        return attribute in product.attributes
-    from rapidfuzz import fuzz
-
-    if any(fuzz.token_set_ratio(p, attribute) > FUZZY_THRESHOLD for p in product.attributes):
+def _official_attribute_matches(attribute: str, product: Product) -> bool:
+    """A fuzzy match with one of the product's attributes, else the phrase in its title, bullets or description
+    (each searched on its own, lower-cased; the goal's phrase as written, as in the reference)."""
+    if any(fuzzy_match(p, attribute) for p in product.attributes):
         return True
-    return attribute.lower() in text
+    return any(attribute in text.lower() for text in (product.title, " ".join(product.bullets), product.description))
 
 
 def _generated_type_match(product: Product, goal: Goal) -> float:
