@@ -19,6 +19,7 @@ CORE = [
     "wandb>=0.19",
     "tqdm>=4.66",
     "rapidfuzz>=3.9",
+    "thefuzz>=0.22",  # WebShop's official reward: the reference's token-set ratio with its preprocessing
     "matplotlib>=3.8",
     "scipy>=1.11",
     "requests>=2.33",
