@@ -22,6 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
 SMALL = ["env.num_groups=2", "env.group_size=2", "env.max_steps=3", "env.eval_episodes=2",
          "env.workers=1", "trainer.sft_steps=0", "trainer.micro_token_budget=2048", "trainer.mini_batch_size=64",
          "logging.wandb_mode=disabled", "logging.progress=false", "rollout.max_new_tokens=8"]
+#: A supervised warm-up short enough for tests (~5 s, cached across runs with the same settings) that leaves a
+#: policy which writes valid moves most of the time and differs between episodes, so returns differ within
+#: groups, advantages are non-zero and the update moves the weights (an untrained model never acts).
+WARM = ["trainer.sft_steps=40", "trainer.sft_batch_size=32", "trainer.sft_rooms=200", "trainer.sft_lr=3e-3"]
 REQUIRED_KEYS = {"rollout/success", "rollout/return", "rollout/episode_length", "rollout/invalid_action_rate",
                  "rollout/tokens_generated", "rollout/env_steps_total", "adv/advantage_mean", "adv/step_groups",
                  "loss/entropy", "loss/clip_frac", "actor/grad_norm", "time/rollout", "time/env",
@@ -66,3 +70,23 @@ def gigpo(*args: str, env: Optional[dict[str, str]] = None) -> subprocess.Comple
                           env={**clean_env(), **(env or {})})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
+
+
+def hf_weights(run_dir: Path, iteration: int) -> dict:
+    """The actor's weights saved with checkpoint `iteration` (the HF copy), name -> fp32 tensor."""
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "checkpoints" / str(iteration) / "hf" / "model.safetensors"))
+
+
+def assert_same_update(got: dict, want: dict, keys: tuple[str, ...], rel: float = 1e-5) -> None:
+    """The logged update statistics of two runs' same iteration agree. Same seeds, same weights and the
+    same fp32 CPU kernels in one process layout: only summation order could differ, so a relative 1e-5
+    (~100 fp32 epsilons) is generous while a restored-wrong optimizer state or weight changes them at 1e-2.
+    The absolute 1e-6 covers statistics that are zero up to rounding (the first epoch's policy loss is
+    -mean(advantage) of normalised advantages: ~1e-8 from sums of ~100 terms of size ~1)."""
+    import pytest
+
+    for key in keys:
+        assert key in got and key in want, f"{key} not logged"
+        assert got[key] == pytest.approx(want[key], rel=rel, abs=1e-6), (key, got[key], want[key])

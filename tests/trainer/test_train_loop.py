@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-from run_helpers import REPO, REQUIRED_KEYS, train, train_and_kill_in_iteration_3
+from run_helpers import (REPO, REQUIRED_KEYS, WARM, assert_same_update, hf_weights, train,
+                         train_and_kill_in_iteration_3)
 
 def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -66,7 +67,9 @@ def test_two_ranks_zero2_with_vllm(tmp_path: Path) -> None:
 
 
 def test_sigkill_in_iteration_3_then_resume_continues_exactly(tmp_path: Path) -> None:
-    common = ["trainer.iterations=4", "trainer.save_every=1", "trainer.keep_last=5"]
+    # a warm-started policy acts, so iterations 3 and 4 update with non-zero advantages: their losses, KL and
+    # the final weights depend on the restored weights, Adam moments and RNG, not only on the seeds
+    common = [*WARM, "trainer.iterations=4", "trainer.save_every=1", "trainer.keep_last=5"]
     reference = tmp_path / "reference"
     train(reference, *common)
 
@@ -77,9 +80,18 @@ def test_sigkill_in_iteration_3_then_resume_continues_exactly(tmp_path: Path) ->
     records = metrics(run)
     assert [r["iteration"] for r in records] == [0, 1, 2, 3, 4]  # 1-2 neither repeated nor lost
     expected = metrics(reference)
-    for got, want in zip(records[3:], expected[3:]):  # same seeds and weights: the same episodes
+    for got, want in zip(records[3:], expected[3:]):  # same seeds and weights: the same episodes and update
         assert got["rollout/return"] == pytest.approx(want["rollout/return"])
         assert got["rollout/tokens_generated"] == want["rollout/tokens_generated"]
+        assert want["adv/zero_advantage_share"] < 1.0 and want["actor/grad_norm"] > 1e-3  # a real update
+        assert want["loss/kl"] > 0  # the policy has moved away from the warm-up's
+        assert_same_update(got, want, ("loss/policy", "loss/kl", "loss/entropy", "loss/clip_frac",
+                                       "actor/grad_norm", "adv/advantage_std"))
+    resumed, straight, start = hf_weights(run, 4), hf_weights(reference, 4), hf_weights(run, 2)
+    moved = max((straight[k] - start[k]).abs().max().item() for k in straight)
+    assert moved > 1e-4, moved  # iterations 3-4 changed the weights
+    for name, tensor in straight.items():  # fp32 weights ~0.1-1: 1e-6 is ~10 epsilons of rounding
+        assert (resumed[name] - tensor).abs().max().item() <= 1e-6, name
 
 
 def test_dynamic_sampling_redraws_then_skips_an_update_without_signal(tmp_path: Path) -> None:
