@@ -126,6 +126,7 @@ def read_step_rows(path: PathOrFile) -> StepRows:
 
 def _write_lines(path: PathOrFile, lines: Iterable[str]) -> None:
     if isinstance(path, (str, Path)):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)  # the trainer's RUN_DIR/rollouts/ on first use
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(lines)
     else:
