@@ -7,6 +7,7 @@ from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import SyncVerifier, sync_weights
 from rollout.conftest import load_trainer_model, perturb  # the rollout tests' helpers (tests/ is on sys.path)
+from rollout.greedy_check import assert_greedy_matches, tokens
 
 from .conftest import ENGINE
 
@@ -26,7 +27,7 @@ def trainer_model(smollm2_dir):
 
 
 def _sync_check(generator, hf, model, prompts, seed):
-    """Perturb the trainer's model, sync it, and require the generator to answer exactly as HF does."""
+    """Perturb the trainer's model, sync it, and require the generator to answer as HF does (up to near-ties)."""
     perturb(model, seed=seed, scale=PERTURB)
     version = max(generator.version, hf.version) + 1
     hf.update_weights(model.named_parameters(), version)
@@ -35,7 +36,7 @@ def _sync_check(generator, hf, model, prompts, seed):
     gap = sync_weights(generator, model, version, SyncVerifier(generator, model.config.vocab_size, atol=2e-3))
     assert gap < 2e-3
     synced = generator.generate(prompts, GREEDY)
-    assert [c.token_ids for c in synced] == expected
+    assert_greedy_matches(hf.model, prompts, tokens(synced), expected)
     assert {c.weight_version for c in synced} == {version}
 
 
@@ -50,7 +51,7 @@ def test_greedy_equals_transformers_before_and_after_a_sync(backend, smollm2_dir
         if generator.version == hf.version == 0:  # both hold the weights from the directory
             expected = hf.generate(chat_prompts, GREEDY)
             got = generator.generate(chat_prompts, GREEDY)
-            assert [c.token_ids for c in got] == [c.token_ids for c in expected]
+            assert_greedy_matches(hf.model, chat_prompts, tokens(got), tokens(expected))
             assert "Paris" in smollm2_tokenizer.decode(got[0].token_ids)  # a pretrained model, not noise
         else:  # the other backend's test moved hf's weights: start this engine from them
             sync_weights(generator, trainer_model, hf.version)

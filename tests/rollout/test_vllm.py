@@ -11,6 +11,7 @@ from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import SyncMismatchError, SyncVerifier, sync_weights, trainer_logprobs
 
 from .conftest import GREEDY, load_trainer_model, perturb, sample_prompts
+from .greedy_check import assert_greedy_matches, tokens
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def test_sync_makes_greedy_equal_to_hf(vllm_generator, trained):
     named = [(n, p) for n, p in model.named_parameters() if n != "lm_head.weight"]
     vllm_generator.update_weights(named, version)
     synced = vllm_generator.generate(prompts, GREEDY)
-    assert [c.token_ids for c in synced] == expected
+    assert_greedy_matches(hf.model, prompts, tokens(synced), expected)
     assert {c.weight_version for c in synced} == {version} == {vllm_generator.version}
     for c in synced:  # sampled-token log-probs are the trainer's
         ref = trainer_logprobs(model, prompts[c.prompt_index], c.token_ids)
@@ -85,7 +86,8 @@ def test_stop_token_ids_end_completions_like_hf(vllm_generator, trained):
     stop_id = free_run[0].token_ids[3]
     settings = SamplingSettings(temperature=0, max_new_tokens=16, stop_token_ids=(stop_id,))
     hf_out, vllm_out = hf.generate(prompts, settings), vllm_generator.generate(prompts, settings)
-    assert [c.token_ids for c in vllm_out] == [c.token_ids for c in hf_out]
+    assert_greedy_matches(hf.model, prompts, tokens(vllm_out), tokens(hf_out))
     assert hf_out[0].token_ids[-1] == stop_id and len(hf_out[0].token_ids) <= 4
-    assert [c.finish_reason for c in vllm_out] == [c.finish_reason for c in hf_out]
-    assert vllm_out[0].finish_reason == "stop"
+    for v, h in zip(vllm_out, hf_out):  # where a near-tie parted the answers, they may end differently
+        assert v.finish_reason == h.finish_reason or v.token_ids != h.token_ids
+    assert vllm_out[0].finish_reason == "stop" or vllm_out[0].token_ids != hf_out[0].token_ids
