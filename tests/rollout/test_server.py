@@ -64,6 +64,56 @@ def test_weight_update_needs_the_token(served):
     check_exposure("127.0.0.1", token=None)
 
 
+@pytest.mark.parametrize("route", ["update_weights", "weight_transfer/init", "weight_transfer/commit"])
+def test_weight_routes_refuse_a_missing_or_wrong_token(served, route):
+    url = served.servers[0].url
+    before = requests.get(f"{url}/version", timeout=5).json()
+    body = {"path": "/dev/shm/x", "version": 99, "info": {}}
+    for header in (None, "Bearer wrong-token", f"Bearer {TOKEN}x", f"Basic {TOKEN}", TOKEN):
+        headers = {"Authorization": header} if header else {}
+        resp = requests.post(f"{url}/{route}", json=body, headers=headers, timeout=5)
+        assert resp.status_code == 401, (route, header, resp.status_code)
+        assert "Bearer <token>" in resp.json()["detail"]
+    assert requests.get(f"{url}/version", timeout=5).json() == before  # nothing was loaded
+
+
+def test_the_right_token_passes_the_check_and_reaches_the_route(served):
+    url, auth = served.servers[0].url, {"Authorization": f"Bearer {TOKEN}"}
+    resp = requests.post(f"{url}/weight_transfer/commit", json={"info": {}}, headers=auth, timeout=5)
+    assert resp.status_code == 400 and "needs a version" in resp.json()["detail"]  # past authorization
+    resp = requests.post(f"{url}/weight_transfer/bogus", json={"info": {}}, headers=auth, timeout=5)
+    assert resp.status_code == 404 and "unknown weight transfer step" in resp.json()["detail"]
+
+
+def test_server_and_client_take_the_token_from_the_environment(served, tiny_model_dir, monkeypatch):
+    """The supervised server got TOKEN only through GIGPO_SERVER_TOKEN (no --token on its command line) and
+    enforces it (the tests above); a client built without a token reads the same variable."""
+    import psutil
+
+    assert "--token" not in psutil.Process(served.servers[0].process.pid).cmdline()
+    for value, refused in ((TOKEN, False), ("wrong-token", True)):
+        monkeypatch.setenv("GIGPO_SERVER_TOKEN", value)
+        external = ServerGenerator(str(tiny_model_dir), urls=[served.servers[0].url])
+        try:
+            assert external.token == value
+            expected = "weight updates need" if refused else "needs a version"  # 401 or, authorized, 400
+            with pytest.raises(ServerError, match=expected):
+                external._post(external.servers[0], "weight_transfer/commit", {"info": {}})
+        finally:
+            external.close()
+
+
+def test_serve_beyond_loopback_refuses_to_start_without_a_token():
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "GIGPO_SERVER_TOKEN"}
+    proc = subprocess.run([sys.executable, "-m", "gigpo.cli", "serve", "--model", "unused", "--host", "0.0.0.0"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2
+    assert "--host 0.0.0.0 listens beyond loopback: set --token (or GIGPO_SERVER_TOKEN)" in proc.stderr
+
+
 def test_killed_server_is_restarted_at_the_current_version(served, trainer):
     prompts = sample_prompts(32, seed=10)
     version = _sync_both(served, trainer, seed=400)
