@@ -174,6 +174,10 @@ class AlgorithmConfig(Section):
     step_min_spread: float = Field(0.0, ge=0.0)
     """GiGPO: step groups whose discounted returns span no more than this get no step advantage (a
     remedy for std normalisation blowing up step-penalty-only differences; 0 keeps every group)."""
+    shuffle_advantages: bool = False
+    """A placebo control for experiments: permute the advantages across the iteration's rows before the
+    update (seeded by trainer.seed and the iteration). The update keeps its size and noise and loses its
+    signal, so a run that falls as fast as with real advantages shows the fall is update noise."""
     dynamic_sampling: bool = False
     max_resample: int = Field(3, ge=0)
     clip_low: float = Field(0.2, ge=0.0)

@@ -54,6 +54,11 @@ def check_finite(name: str, values: Any, iteration: int, phase: str) -> None:
                               f"(first at index {int(bad[0])}: {array[bad[0]]}); stopping before anything is saved")
 
 
+def placebo_advantages(advantage: np.ndarray, seed: int, iteration: int) -> np.ndarray:
+    """`algorithm.shuffle_advantages`: the same values in an order drawn from (seed, iteration) alone."""
+    return np.random.default_rng([seed, iteration]).permutation(advantage)
+
+
 def peak_rss_gb() -> float:
     """Peak resident memory of this process and its finished children (Linux reports KiB)."""
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -364,6 +369,9 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
                                                 norm=a.norm, episode_stats=a.episode_stats, similarity=a.similarity,
                                                 step_min_spread=a.step_min_spread)
                     check_finite("advantages", result.advantage, iteration, "advantage")
+                    advantage = result.advantage
+                    if a.shuffle_advantages:
+                        advantage = placebo_advantages(advantage, t.seed, iteration)
                     if main:
                         metrics.update(step_group_diagnostics(result))
                         metrics.update(revisit_diagnostics(rows))
@@ -372,7 +380,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
                             write_step_rows(run_dir / "rollouts" / f"{iteration:06d}.jsonl", rows)
                 samples_payload = [(s.prompt_ids, s.response_ids, float(adv), float(ret))
-                                   for s, adv, ret in zip(steps, result.advantage, result.returns)]
+                                   for s, adv, ret in zip(steps, advantage, result.returns)]
                 samples = [TrainSample(p, r, advantage=adv, action_mask=torch.tensor(action_token_mask(tokenizer, r)))
                            for p, r, adv, _ in samples_payload]
                 # ---- log-probs: old (the generator's where exact, else the actor's before the update) and
