@@ -192,9 +192,10 @@ class BareLoop:
         t, a = self.config.trainer, self.config.algorithm
         order = np.random.default_rng(0).permutation(len(steps))
         t_ref = t_upd = 0.0
-        for start in range(0, len(steps), t.mini_batch_size):
-            chunk = [steps[i] for i in order[start:start + t.mini_batch_size]]
-            adv = torch.tensor([float(advantages[i]) for i in order[start:start + t.mini_batch_size]])[:, None]
+        size = t.mini_batch_size or -(-len(steps) // t.mini_batches)  # as many optimizer steps as gigpo takes
+        for start in range(0, len(steps), size):
+            chunk = [steps[i] for i in order[start:start + size]]
+            adv = torch.tensor([float(advantages[i]) for i in order[start:start + size]])[:, None]
             ids, attention, cols, targets, mask = self.batch(chunk)
             old = torch.zeros_like(mask)
             for i, s in enumerate(chunk):

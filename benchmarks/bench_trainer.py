@@ -91,7 +91,7 @@ def main() -> None:
     config = build_config({"model": {"path": path, "dtype": args.dtype},
                            "trainer": {"micro_token_budget": args.budget, "zero_stage": 2, "lr": 1e-6}})
     engine_s, loss_s = settings_from_config(config)
-    engine_s = dataclasses.replace(engine_s, mini_batch_size=args.samples)
+    engine_s = dataclasses.replace(engine_s, mini_batch_size=args.samples, mini_batches=None)
     actor = ActorEngine(path, engine_s, dataclasses.replace(loss_s, kl_coef=0.0))
     model = actor.hf_module()
     samples = make_samples(args.samples, model.config.vocab_size)

@@ -88,7 +88,9 @@ class RolloutConfig(Section):
     max_new_tokens: int = Field(512, gt=0)
     max_prompt_tokens: int = Field(2048, gt=0)
     eval_temperature: float = Field(0.4, ge=0.0)
-    stop: list[str] = Field(default_factory=list)
+    stop: list[str] = Field(default_factory=lambda: ["</action>"])
+    """Strings that end a response (kept in it). The default ends generation at the built-in envs' closing
+    action tag, so no tokens are spent after the action; set [] for an env whose answers end otherwise."""
     verify_sync: bool = False
     """After every weight sync, compare generator and trainer log-probs on a probe sequence."""
     weight_sync: Literal["shm", "nccl"] = "shm"
@@ -172,6 +174,10 @@ class AlgorithmConfig(Section):
     step_min_spread: float = Field(0.0, ge=0.0)
     """GiGPO: step groups whose discounted returns span no more than this get no step advantage (a
     remedy for std normalisation blowing up step-penalty-only differences; 0 keeps every group)."""
+    shuffle_advantages: bool = False
+    """A placebo control for experiments: permute the advantages across the iteration's rows before the
+    update (seeded by trainer.seed and the iteration). The update keeps its size and noise and loses its
+    signal, so a run that falls as fast as with real advantages shows the fall is update noise."""
     dynamic_sampling: bool = False
     max_resample: int = Field(3, ge=0)
     clip_low: float = Field(0.2, ge=0.0)
@@ -195,6 +201,23 @@ class AlgorithmConfig(Section):
 class TrainerConfig(Section):
     """Optimisation, parallelism, checkpoints."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_mini_batch_rule(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("mini_batch_size") is not None:
+            if data.get("mini_batches") is not None:
+                raise ValueError(f"trainer.mini_batches={data['mini_batches']} and trainer.mini_batch_size="
+                                 f"{data['mini_batch_size']} both cut mini-batches: set one of them (the other to null)")
+            data = {**data, "mini_batches": None}
+        return data
+
+    @model_validator(mode="after")
+    def _some_mini_batch_rule(self) -> "TrainerConfig":
+        if self.mini_batches is None and self.mini_batch_size is None:
+            raise ValueError("trainer.mini_batches and trainer.mini_batch_size are both null: set one "
+                             "(mini_batches: 4 cuts every epoch into 4 optimizer steps)")
+        return self
+
     iterations: int = Field(150, ge=1)
     lr: float = Field(1e-6, gt=0)
     critic_lr: float = Field(1e-5, gt=0)
@@ -202,8 +225,13 @@ class TrainerConfig(Section):
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
     ppo_epochs: int = Field(1, ge=1)
-    mini_batch_size: int = Field(256, ge=1)
-    """Step rows per optimiser step."""
+    mini_batches: Optional[int] = Field(4, ge=1)
+    """Optimizer steps per PPO epoch: the iteration's step rows are cut into this many mini-batches of
+    (nearly) equal size, however many steps the episodes took. One number to reason about: an iteration
+    takes `mini_batches x ppo_epochs` optimizer steps. None: cut by `mini_batch_size` instead."""
+    mini_batch_size: Optional[int] = Field(None, ge=1)
+    """Step rows per optimizer step (the paper's 256), instead of `mini_batches`: long episodes then take
+    more optimizer steps per iteration. Setting it switches `mini_batches` off unless both are given."""
     micro_token_budget: int = Field(16384, ge=1)
     """Tokens per micro-batch (dynamic batch size), padding included: samples are grouped up to this many."""
     layout: Literal["auto", "packed", "padded", "shared"] = "auto"
@@ -216,11 +244,11 @@ class TrainerConfig(Section):
     holds the actor's weights in the training dtype and samples at temperature 1; `auto` is `generator`
     exactly then (hf backend, fp32, temperature 1) and `trainer` otherwise, logging the generator-trainer
     gap (`rollout/logp_gap_*`) so a backend mismatch shows."""
-    minibatch_by_prompt: bool = True
+    minibatch_by_prompt: bool = False
     """Cut mini-batches from a shuffle of same-prompt sets rather than of single samples, so the shared
-    layout pays each prompt's forward once per mini-batch (about 2x faster updates on Sokoban). Each
-    epoch still uses every sample once; only which samples share an optimiser step changes. Without
-    effect when one mini-batch holds the whole iteration."""
+    layout pays each prompt's forward once per mini-batch (faster updates on Sokoban). Off by default:
+    it puts all rows of one state into one optimizer step, so each step sees few distinct states
+    (docs/results.md, E2). Without effect when one mini-batch holds the whole iteration."""
     zero_stage: int = Field(2, ge=0, le=3)
     nprocs: int = Field(1, ge=1)
     seed: int = 0

@@ -36,8 +36,21 @@ def text_space(max_length: int = MAX_TEXT_LENGTH) -> spaces.Text:
     return spaces.Text(max_length=max_length, min_length=0, charset=TEXT_CHARSET)
 
 
+class UnfinishedResponse(str):
+    """Model text that did not end (no end of turn or stop string within `rollout.max_new_tokens`).
+
+    The rollout hands such text to `step` wrapped in this type; it is still a `str`, so any env takes
+    it, but `AgentEnv.step` counts it as an invalid action whatever it contains: an answer that runs
+    on until it is cut is not a choice the agent made, and rewarding its first tag teaches run-ons.
+    """
+
+
 def parse_tagged_action(text: str) -> tuple[Optional[str], str]:
-    """`<think>...</think>` (optional) then `<action>X</action>` -> (X, ""), else (None, reason)."""
+    """`<think>...</think>` (optional) then `<action>X</action>` and nothing more -> (X, ""), else (None, reason).
+
+    Text after the closing tag makes the answer invalid: a run-on answer would otherwise count as
+    valid and its trailing tokens, trained on with the action's advantage, inflate the KL (issue 24).
+    """
     if not _THINK_PREFIX_RE.match(text):
         if "<action>" not in text:
             return None, "no <action>...</action> tag"
@@ -48,6 +61,8 @@ def parse_tagged_action(text: str) -> tuple[Optional[str], str]:
     action = match.group(1).strip()
     if not action:
         return None, "empty action"
+    if text[match.end():].strip():
+        return None, "text after </action>"
     return action, ""
 
 
@@ -116,7 +131,10 @@ class AgentEnv(gym.Env):
         return self._observation, self._info(True, "", None, extra)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        parsed, reason = self.parse_action(action)
+        if isinstance(action, UnfinishedResponse):
+            parsed, reason = None, "the answer did not end within rollout.max_new_tokens"
+        else:
+            parsed, reason = self.parse_action(action)
         if parsed is not None and not self.is_admissible(parsed):
             parsed, reason = None, f"{parsed!r} is not an admissible action"
         if parsed is None:

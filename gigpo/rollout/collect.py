@@ -11,9 +11,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
+from gigpo.envs.base import UnfinishedResponse
 from gigpo.envs.pool import EnvPool, EpisodeView
 from gigpo.rollout.generator import Generator
-from gigpo.rollout.types import SamplingSettings
+from gigpo.rollout.types import Completion, SamplingSettings
 
 PromptFn = Callable[[list[EpisodeView]], list[list[int]]]
 """Episode views -> prompt token ids, one list per view (e.g. PromptBuilder.batch_token_ids)."""
@@ -122,7 +123,7 @@ def rollout(
             turn_settings = settings if settings.seed is None else _reseed(settings, settings.seed * 1000 + turn)
             completions = generator.generate(prompts, turn_settings)
             t2 = time.perf_counter()
-            results = pool.step({v.episode_idx: c.text for v, c in zip(live, completions)})
+            results = pool.step({v.episode_idx: _answer(c) for v, c in zip(live, completions)})
             t3 = time.perf_counter()
             t_prompt, t_gen, t_env = t_prompt + t1 - t0, t_gen + t2 - t1, t_env + t3 - t2
             by_idx = {r.episode_idx: r for r in results}
@@ -149,6 +150,11 @@ def rollout(
     out = Rollout(steps, episodes, tokens, t_gen, t_env, t_prompt)
     out.env_faults = {"rollout/cut_prompts": float(cut)}
     return out
+
+
+def _answer(completion: Completion) -> str:
+    """The text an env steps with: an answer cut off by max_new_tokens is marked, and is then invalid."""
+    return UnfinishedResponse(completion.text) if completion.finish_reason == "length" else completion.text
 
 
 def _reseed(settings: SamplingSettings, seed: int) -> SamplingSettings:

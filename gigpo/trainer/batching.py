@@ -56,13 +56,15 @@ class TrainSample:
     """(R,) PPO: critic targets."""
     values_old: Optional[Tensor] = None
     """(R,) PPO: critic values before the update (value clipping)."""
+    action_mask: Optional[Tensor] = None
+    """(R,) 1 on the tokens that spell the action (gigpo.trainer.action_tokens), for per-action diagnostics."""
 
     def __post_init__(self) -> None:
         if not self.response_ids:
             raise ValueError("TrainSample.response_ids is empty: a step must have at least one response token")
         if not self.prompt_ids:
             raise ValueError("TrainSample.prompt_ids is empty: the first response token needs a prompt to condition on")
-        for name in ("logp_old", "logp_ref", "returns", "values_old"):
+        for name in ("logp_old", "logp_ref", "returns", "values_old", "action_mask"):
             value = getattr(self, name)
             if value is not None and value.shape != (len(self.response_ids),):
                 raise ValueError(f"TrainSample.{name} has shape {tuple(value.shape)}, expected ({len(self.response_ids)},) "
@@ -310,7 +312,7 @@ def _per_token(sample: TrainSample, name: str) -> Optional[Tensor]:
     return None if value is None else value.float()
 
 
-TOKEN_FIELDS = ("advantage", "logp_old", "logp_ref", "returns", "values_old")
+TOKEN_FIELDS = ("advantage", "logp_old", "logp_ref", "returns", "values_old", "action_mask")
 
 
 def _packed_rows(chosen: Sequence[TrainSample]):

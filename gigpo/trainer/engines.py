@@ -41,7 +41,8 @@ class EngineSettings:
     dtype: Literal["bf16", "fp32"]
     gradient_checkpointing: bool
     micro_token_budget: int
-    mini_batch_size: int
+    mini_batch_size: Optional[int]
+    """Samples per mini-batch when `mini_batches` is None."""
     ppo_epochs: int
     lr: float
     weight_decay: float
@@ -56,6 +57,8 @@ class EngineSettings:
     """Micro-batch layout (gigpo.trainer.batching); auto: packed with flash-attention, else shared."""
     lora: Optional[lora.LoraSettings] = None
     """Train LoRA adapters (gigpo.trainer.lora) instead of every weight; None: full fine-tuning."""
+    mini_batches: Optional[int] = None
+    """Mini-batches (optimizer steps) per epoch, whatever the sample count; None: `mini_batch_size` samples each."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,8 @@ def settings_from_config(config: Any, critic: bool = False) -> tuple[EngineSetti
         lr=t.critic_lr if critic else t.lr, weight_decay=t.weight_decay, warmup_steps=t.warmup_steps,
         grad_clip=t.grad_clip, seed=t.seed,
         temperature=config.rollout.temperature or 1.0,  # greedy rollouts (0): score the plain distribution
-        layout=t.layout, minibatch_by_prompt=t.minibatch_by_prompt, lora=lora.lora_settings(config))
+        layout=t.layout, minibatch_by_prompt=t.minibatch_by_prompt, lora=lora.lora_settings(config),
+        mini_batches=t.mini_batches)
     loss = LossSettings(clip_low=a.clip_low, clip_high=a.clip_high, kl_coef=a.kl_coef,
                         entropy_coef=a.entropy_coef, loss_agg=a.loss_agg, value_clip=a.value_clip)
     return engine, loss
@@ -238,7 +242,7 @@ class NonFiniteError(FloatingPointError):
 def check_finite(samples: Sequence[TrainSample]) -> None:
     """Reject NaN/inf advantages, log-probs, returns or values, naming the sample and field."""
     for i, sample in enumerate(samples):
-        for name in ("advantage", "logp_old", "logp_ref", "returns", "values_old"):
+        for name in ("advantage", "logp_old", "logp_ref", "returns", "values_old", "action_mask"):
             value = getattr(sample, name)
             if value is None:
                 continue
@@ -247,9 +251,36 @@ def check_finite(samples: Sequence[TrainSample]) -> None:
                 raise NonFiniteError(f"sample {i} has a NaN/inf {name}; fix it before update()")
 
 
-def minibatches(prompts: Sequence[Sequence[int]], size: int, epochs: int, seed: int, by_prompt: bool
-                ) -> Iterator[list[int]]:
+ACTION_SUM = "action_sum/"
+
+
+def action_sums(action: Tensor, logp: Tensor, logp_old: Tensor, logp_ref: Optional[Tensor], entropy: Tensor,
+                clipped: Tensor) -> dict[str, float]:
+    """Sums over the action tokens of a micro-batch (see gigpo.trainer.action_tokens); `action_means`
+    turns an update's sums into per-action-token means, whatever the mini-batch split."""
+    sums = {"tokens": action.sum(), "clip_frac": (clipped * action).sum(), "entropy": (entropy * action).sum(),
+            "approx_kl_old": ((logp_old - logp) * action).sum()}
+    if logp_ref is not None:
+        sums["kl"] = (kl_k3(logp, logp_ref) * action).sum()
+    return {ACTION_SUM + key: float(value) for key, value in sums.items()}
+
+
+def action_means(totals: dict[str, float]) -> dict[str, float]:
+    """`loss/action_*`: the update's clip fraction, entropy and KLs over action tokens alone."""
+    count = totals.get(ACTION_SUM + "tokens", 0.0)
+    if count <= 0:
+        return {}
+    return {"loss/action_" + key[len(ACTION_SUM):]: value / count for key, value in totals.items()
+            if key.startswith(ACTION_SUM) and key != ACTION_SUM + "tokens"}
+
+
+def minibatches(prompts: Sequence[Sequence[int]], size: Optional[int], epochs: int, seed: int, by_prompt: bool,
+                count: Optional[int] = None) -> Iterator[list[int]]:
     """Shuffled mini-batches of sample indices; identical on every rank (same seed).
+
+    `count` cuts each epoch into that many mini-batches of (nearly) equal size (fewer when there are
+    fewer samples), so the optimizer steps per iteration do not grow with episode length; without it,
+    mini-batches hold `size` samples.
 
     `by_prompt` shuffles whole sets of samples with identical prompts instead of single samples, then
     cuts the order into mini-batches of `size`: a prompt's samples land together (at most split across
@@ -268,8 +299,15 @@ def minibatches(prompts: Sequence[Sequence[int]], size: int, epochs: int, seed: 
     for _ in range(epochs):
         rng.shuffle(units)
         order = [i for unit in units for i in unit]
-        for start in range(0, len(order), size):
-            yield order[start:start + size]
+        if count is None:
+            if size is None:
+                raise ValueError("minibatches() needs a mini-batch size or count")
+            bounds = list(range(0, len(order), size)) + [len(order)]
+        else:
+            parts = min(count, len(order))
+            bounds = [len(order) * k // parts for k in range(parts + 1)]
+        for start, end in zip(bounds, bounds[1:]):
+            yield order[start:end]
 
 
 class _TrainedEngine(_MicroBatchedModel):
@@ -307,7 +345,7 @@ class _TrainedEngine(_MicroBatchedModel):
         sums: dict[str, float] = defaultdict(float)
         steps, grad_norms, micro, packed, real, budget_used = 0, [], 0, 0, 0, 0
         for mini in minibatches([x.prompt_ids for x in samples], s.mini_batch_size, s.ppo_epochs,
-                                s.seed * 1_000_003 + self.updates, s.minibatch_by_prompt):
+                                s.seed * 1_000_003 + self.updates, s.minibatch_by_prompt, s.mini_batches):
             subset = [samples[i] for i in mini]
             tokens = sum(len(x.response_ids) for x in subset)
             denominator = float(tokens if self._loss_agg() == "token-mean" else len(subset))
@@ -352,7 +390,9 @@ class _TrainedEngine(_MicroBatchedModel):
         for part in all_gather_objects(dict(sums)):
             for key, value in part.items():
                 totals[key] += value
-        metrics = {key: value / steps for key, value in totals.items()}  # mean over optimizer steps
+        metrics = {key: value / steps for key, value in totals.items()  # mean over optimizer steps
+                   if not key.startswith(ACTION_SUM)}
+        metrics.update(action_means(totals))
         counts = all_gather_objects((micro, packed, budget_used, real))
         metrics.update({
             f"{self._prefix}/grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else float("nan"),
@@ -415,6 +455,9 @@ class ActorEngine(_TrainedEngine, _PolicyForward):
             loss = loss + L.kl_coef * kl
             parts["loss/kl"] = kl.item()
         parts["loss/total"] = loss.item()
+        if "action_mask" in mb.fields:
+            parts.update(action_sums(mb.fields["action_mask"] * mask, logp.detach(), mb.fields["logp_old"],
+                                     mb.fields.get("logp_ref"), entropy.detach(), clipped))
         return loss, parts
 
     def named_weights(self, include_tied: bool = True) -> Iterator[tuple[str, Tensor]]:

@@ -24,6 +24,10 @@ import numpy as np
 from gigpo.config import Config, dump_config
 
 
+GAP_PROBE = 32
+"""Samples whose log-probs the trainer recomputes each iteration when the old ones come from the generator."""
+
+
 class TrainingAborted(RuntimeError):
     """Training stopped on corrupted state (NaN/inf); nothing corrupt was saved."""
 
@@ -48,6 +52,11 @@ def check_finite(name: str, values: Any, iteration: int, phase: str) -> None:
     if bad.size:
         raise TrainingAborted(f"iteration {iteration}, phase {phase}: {name} has {bad.size} non-finite value(s) "
                               f"(first at index {int(bad[0])}: {array[bad[0]]}); stopping before anything is saved")
+
+
+def placebo_advantages(advantage: np.ndarray, seed: int, iteration: int) -> np.ndarray:
+    """`algorithm.shuffle_advantages`: the same values in an order drawn from (seed, iteration) alone."""
+    return np.random.default_rng([seed, iteration]).permutation(advantage)
 
 
 def peak_rss_gb() -> float:
@@ -225,6 +234,9 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
     from gigpo.advantage.estimators import compute_advantages
     from gigpo.local_model import resolve_model_path
     from gigpo.rollout.collect import rollout
+    import torch
+
+    from gigpo.trainer.action_tokens import action_token_mask
     from gigpo.trainer.batching import TrainSample, check_token_budget
     from gigpo.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from gigpo.trainer.distributed import barrier, broadcast_object, init_distributed, shutdown_distributed
@@ -357,6 +369,9 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
                                                 norm=a.norm, episode_stats=a.episode_stats, similarity=a.similarity,
                                                 step_min_spread=a.step_min_spread)
                     check_finite("advantages", result.advantage, iteration, "advantage")
+                    advantage = result.advantage
+                    if a.shuffle_advantages:
+                        advantage = placebo_advantages(advantage, t.seed, iteration)
                     if main:
                         metrics.update(step_group_diagnostics(result))
                         metrics.update(revisit_diagnostics(rows))
@@ -365,16 +380,20 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
                             write_step_rows(run_dir / "rollouts" / f"{iteration:06d}.jsonl", rows)
                 samples_payload = [(s.prompt_ids, s.response_ids, float(adv), float(ret))
-                                   for s, adv, ret in zip(steps, result.advantage, result.returns)]
-                samples = [TrainSample(p, r, advantage=adv) for p, r, adv, _ in samples_payload]
+                                   for s, adv, ret in zip(steps, advantage, result.returns)]
+                samples = [TrainSample(p, r, advantage=adv, action_mask=torch.tensor(action_token_mask(tokenizer, r)))
+                           for p, r, adv, _ in samples_payload]
                 # ---- log-probs: old (the generator's where exact, else the actor's before the update) and
                 # reference (for KL)
                 with timer("logprobs"):
                     if from_generator:
-                        import torch
-
                         for sample, step in zip(samples, steps):
                             sample.logp_old = torch.tensor(step.response_logprobs, dtype=torch.float32)
+                        # the gap is still logged, on a cheap sample, so a generator/trainer mismatch shows
+                        probe = random.Random(t.seed * 7_919 + iteration).sample(range(len(samples)), min(GAP_PROBE, len(samples)))
+                        probe_logps = actor.compute_log_probs([samples[i] for i in probe])
+                        if main:
+                            metrics.update(logprob_gap([steps[i].response_logprobs for i in probe], probe_logps))
                     else:
                         old = actor.compute_log_probs(samples)
                         for sample, logp in zip(samples, old):
@@ -385,8 +404,6 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
                         for sample, logp in zip(samples, reference.compute_log_probs(samples)):
                             sample.logp_ref = logp
                     if critic is not None:
-                        import torch
-
                         for sample, value, (_, _, _, ret) in zip(samples, token_values, samples_payload):
                             sample.values_old = value
                             sample.returns = torch.full_like(value, ret)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gigpo.config import Config, RecipeError, dump_config, load_config
+from gigpo.config import Config, RecipeError, build_config, dump_config, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
@@ -162,3 +162,18 @@ def test_train_rejects_a_bad_env_before_loading_any_model(tmp_path: Path) -> Non
         assert proc.returncode == 2, proc.stderr
         assert needle in proc.stderr and "Traceback" not in proc.stderr
         assert not (tmp_path / "run").exists()
+
+
+def test_mini_batches_by_count_or_size_but_not_both() -> None:
+    default = load_config(REPO / "recipes" / "sokoban_tiny.yaml")
+    assert (default.trainer.mini_batches, default.trainer.mini_batch_size) == (4, None)
+    by_size = load_config(REPO / "recipes" / "sokoban_tiny.yaml", ["trainer.mini_batch_size=64"])
+    assert (by_size.trainer.mini_batches, by_size.trainer.mini_batch_size) == (None, 64)
+    assert load_config(REPO / "recipes" / "alfworld_7b.yaml").trainer.mini_batches is None  # the paper's 256 steps
+    with pytest.raises(RecipeError, match="mini_batches=4 and trainer.mini_batch_size=64 both"):
+        load_config(REPO / "recipes" / "sokoban_tiny.yaml", ["trainer.mini_batches=4", "trainer.mini_batch_size=64"])
+    with pytest.raises(RecipeError, match="both null"):
+        load_config(REPO / "recipes" / "sokoban_tiny.yaml", ["trainer.mini_batches=null"])
+    # a saved config (both keys written, one null) loads back to the same rule
+    again = build_config(yaml.safe_load(dump_config(by_size)))
+    assert (again.trainer.mini_batches, again.trainer.mini_batch_size) == (None, 64)

@@ -208,3 +208,31 @@ def test_non_finite_inputs_and_losses_stop_before_the_weights_change(actor, samp
         actor.update(samples)
     for name, tensor in actor.named_weights():
         assert torch.equal(tensor, before[name]), f"{name} changed despite the non-finite loss"
+
+
+def test_action_metrics_are_the_means_over_action_tokens_alone(tiny_model_dir, hf_model, samples):
+    """loss/action_* against a hand computation from plain HF forwards: one mini-batch, so every figure is
+    taken before the step; KL to a perturbed reference and a shifted logp_old make them non-trivial."""
+    settings = dataclasses.replace(SETTINGS, mini_batch_size=None, mini_batches=1, lr=1e-6)
+    fresh = ActorEngine(str(tiny_model_dir), settings, loss_settings(kl_coef=0.01, entropy_coef=0.0))
+    g = torch.Generator().manual_seed(0)
+    want = {"tokens": 0.0, "entropy": 0.0, "kl": 0.0, "approx_kl_old": 0.0, "clip_frac": 0.0}
+    for k, s in enumerate(samples):
+        logp, ent = hf_reference(hf_model, s)
+        s.logp_old = logp + 0.3 * torch.randn(logp.shape, generator=g)
+        s.logp_ref = logp + 0.2 * torch.randn(logp.shape, generator=g)
+        s.advantage = 1.0 if k % 2 else -1.0
+        s.action_mask = (torch.arange(len(s.response_ids)) % 3 == 1).float()  # every third token "spells" the move
+        m = s.action_mask
+        ratio = torch.exp(logp - s.logp_old)
+        clipped = ratio.clamp(0.8, 1.2) * s.advantage < ratio * s.advantage
+        want["tokens"] += float(m.sum())
+        want["entropy"] += float((ent * m).sum())
+        want["kl"] += float(((torch.exp(s.logp_ref - logp) - (s.logp_ref - logp) - 1) * m).sum())
+        want["approx_kl_old"] += float(((s.logp_old - logp) * m).sum())
+        want["clip_frac"] += float((clipped.float() * m).sum())
+    metrics = fresh.update(samples)
+    for key in ("entropy", "kl", "approx_kl_old", "clip_frac"):
+        # sums of ~20 float32 terms of size ~1-7: allow a few hundred float32 epsilons of the total
+        assert metrics[f"loss/action_{key}"] == pytest.approx(want[key] / want["tokens"], rel=1e-4, abs=1e-5), key
+    assert metrics["loss/action_kl"] != pytest.approx(metrics["loss/kl"], rel=1e-3)  # a real subset of the tokens

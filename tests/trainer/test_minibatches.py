@@ -35,3 +35,27 @@ def test_orders_depend_on_the_seed_and_by_prompt_groups_what_single_shuffles_sca
     scattered = list(minibatches(prompts, 8, 1, seed=0, by_prompt=False))
     assert sum(len({prompts[i][0] for i in b}) for b in scattered) > 16
     assert list(minibatches(prompts, 8, 1, seed=1, by_prompt=True)) != by_prompt
+
+
+@given(st.integers(1, 300), st.integers(1, 16), st.integers(1, 3), st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_a_mini_batch_count_fixes_the_optimizer_steps_whatever_the_sample_count(n, count, epochs, by_prompt):
+    prompts = [[k % 7] for k in range(n)]
+    batches = list(minibatches(prompts, None, epochs, seed=5, by_prompt=by_prompt, count=count))
+    per_epoch = min(count, n)
+    assert len(batches) == per_epoch * epochs
+    for e in range(epochs):
+        epoch = batches[e * per_epoch:(e + 1) * per_epoch]
+        assert sorted(i for b in epoch for i in b) == list(range(n))
+        sizes = [len(b) for b in epoch]
+        assert max(sizes) - min(sizes) <= 1  # nearly equal: no tiny last mini-batch with a noisy gradient
+
+
+def test_single_shuffles_mix_many_states_into_each_of_few_mini_batches():
+    # 16 states x 8 rows: with 4 mini-batches of 32, a row-level shuffle puts most states in every
+    # mini-batch, while by-prompt cutting puts each state in at most two
+    prompts = [[k % 16] for k in range(128)]
+    mixed = list(minibatches(prompts, None, 1, seed=0, by_prompt=False, count=4))
+    grouped = list(minibatches(prompts, None, 1, seed=0, by_prompt=True, count=4))
+    assert min(len({prompts[i][0] for i in b}) for b in mixed) >= 10
+    assert max(len({prompts[i][0] for i in b}) for b in grouped) <= 5

@@ -16,6 +16,8 @@ def engine_settings(**overrides):
     """EngineSettings from the recipe defaults (gigpo.config), with test-sized overrides."""
     from gigpo.trainer.engines import settings_from_config
 
+    if overrides.get("mini_batch_size") is not None:  # as in a recipe: a size given switches the count off
+        overrides.setdefault("mini_batches", None)
     return dataclasses.replace(settings_from_config(_DEFAULTS)[0], **overrides)
 
 
