@@ -101,7 +101,10 @@ def build_record(header: dict[str, Any], steps: Sequence[Any], episodes: Sequenc
     """The record's JSON lines (header first): whole groups in group order while they fit in max_bytes."""
     from gigpo.advantage.anchors import anchor_key
 
-    sg_size = np.bincount(columns.step_group)[columns.step_group] if len(steps) else np.zeros(0, dtype=np.int64)
+    sg_size = (np.bincount(columns.step_group)[columns.step_group] if len(steps) else np.zeros(0, dtype=np.int64)).tolist()
+    step_group, returns = columns.step_group.tolist(), columns.returns.tolist()
+    part = {name: None if getattr(columns, name) is None else getattr(columns, name).tolist()  # lists: fast indexing
+            for name in ("advantage", "episode_advantage", "step_advantage", "value")}
     by_traj: dict[tuple[int, int], list[int]] = defaultdict(list)
     for i, s in enumerate(steps):
         by_traj[(s.group, s.traj)].append(i)
@@ -111,17 +114,15 @@ def build_record(header: dict[str, Any], steps: Sequence[Any], episodes: Sequenc
         groups[key[0]].append(key)
 
     def parts(name: str, i: int) -> Optional[float]:
-        array = getattr(columns, name)
-        return None if array is None else _num(array[i])
+        return None if part[name] is None else _num(part[name][i])
 
     def step_json(i: int) -> dict[str, Any]:
         s = steps[i]
         obs, obs_cut = cut_text(s.observation, max_chars)
         response, response_cut = cut_text(s.response, max_chars)
         return {"t": int(s.step), "obs": obs, "response": response, "action": s.action, "valid": bool(s.action_valid),
-                "reason": s.invalid_reason, "reward": _num(s.reward), "return": _num(columns.returns[i]),
-                "anchor": f"{anchor_key(s.anchor) & (2**64 - 1):016x}", "sg": int(columns.step_group[i]),
-                "sg_size": int(sg_size[i]), "adv_episode": parts("episode_advantage", i),
+                "reason": s.invalid_reason, "reward": _num(s.reward), "return": _num(returns[i]),
+                "anchor": f"{anchor_key(s.anchor) & (2**64 - 1):016x}", "sg": step_group[i], "sg_size": sg_size[i], "adv_episode": parts("episode_advantage", i),
                 "adv_step": parts("step_advantage", i), "adv": parts("advantage", i), "value": parts("value", i),
                 "version": int(s.policy_version), "cut": obs_cut or response_cut,
                 "truncated_response": bool(s.truncated_response)}
