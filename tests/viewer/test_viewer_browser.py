@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import make_recorder, synthetic_rollout, write_run
+from viewer_helpers import make_recorder, synthetic_rollout, write_run
 from run_helpers import REPO, clean_env, gigpo, train
 
 # two iterations of 2 groups x 4 Sokoban episodes of up to 4 steps; a 40-step warm-up (cached across

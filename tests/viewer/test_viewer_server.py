@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_recorder, synthetic_rollout, write_run
+from viewer_helpers import make_recorder, synthetic_rollout, write_run
 
 from gigpo.viewer.run import NotARunError, open_run
 
