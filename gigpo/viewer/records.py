@@ -18,8 +18,9 @@ header, every further line one trajectory with its steps in order:
 `return` is the discounted return R_t; `sg` numbers the step groups of the record (rows of one group
 with the same anchor, or similar anchor text under algorithm.similarity: the grouping GiGPO uses, and
 would use for the other estimators); `adv*` are the estimator's parts as the update used them (null
-in eval records). Numbers are rounded to 6 decimals. Size is bounded by `logging.rollouts_max_mb`
-of JSON before gzip: whole groups are kept in order while they fit, and the header counts the rest.
+in eval records, and where the estimator has no such part: GRPO's and RLOO's step part, PPO's both).
+Numbers are rounded to 6 decimals. Size is bounded by `logging.rollouts_max_mb` of JSON before gzip:
+whole groups are kept in order while they fit, and the header counts the rest.
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import numpy as np
 
 FORMAT = 1
+ABSENT_PARTS = {"grpo": ("step_advantage",), "rloo": ("step_advantage",), "ppo": ("episode_advantage", "step_advantage")}
+"""Advantage parts an estimator does not have (its AdvantageResult holds zeros there): recorded as null."""
 RECORDS_DIR = "records"
 PHASES = ("train", "eval")
 
@@ -74,9 +77,9 @@ class StepColumns:
 
 
 def step_columns(steps: Sequence[Any], gamma: float, similarity: Optional[float], result: Any = None,
-                 rows: Any = None) -> StepColumns:
+                 rows: Any = None, estimator: str = "") -> StepColumns:
     """Returns and step groups of `steps` (recomputed with the estimators' own pure functions), plus the
-    advantage parts of `result` (an AdvantageResult for these rows) when given."""
+    advantage parts of `result` (the AdvantageResult of `estimator` for these rows) when given."""
     from gigpo.advantage.anchors import anchor_keys
     from gigpo.advantage.estimators import step_groups
     from gigpo.advantage.rows import StepRows
@@ -92,8 +95,10 @@ def step_columns(steps: Sequence[Any], gamma: float, similarity: Optional[float]
     group_of_step, _ = step_groups(rows, rows.layout, similarity)
     if result is None:
         return StepColumns(returns, group_of_step, value=rows.value)
-    return StepColumns(returns, group_of_step, result.advantage, result.episode_advantage, result.step_advantage,
-                       rows.value)
+    absent = ABSENT_PARTS.get(estimator, ())
+    return StepColumns(returns, group_of_step, result.advantage,
+                       None if "episode_advantage" in absent else result.episode_advantage,
+                       None if "step_advantage" in absent else result.step_advantage, rows.value)
 
 
 def build_record(header: dict[str, Any], steps: Sequence[Any], episodes: Sequence[Any], columns: StepColumns,
@@ -213,7 +218,7 @@ class RolloutRecorder:
         if not self.every or not (iteration % self.every == 0 or last):
             return None
         used = {s.group for s in steps}  # dynamic sampling may have dropped groups from the update
-        columns = step_columns(steps, self.gamma, self.similarity, result, rows)
+        columns = step_columns(steps, self.gamma, self.similarity, result, rows, self.header["estimator"])
         return self._write(iteration, "train", steps, [e for e in episodes if e.group in used], columns)
 
     def eval_hook(self, iteration: int) -> Optional[Callable[[Any], None]]:

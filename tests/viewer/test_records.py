@@ -104,3 +104,19 @@ def test_eval_hook_records_returns_and_step_groups_without_advantages(tmp_path: 
             want[t] = acc
         assert [st["return"] for st in tr["steps"]] == pytest.approx(want, abs=5e-7 * len(rewards))
         assert all(st["adv"] is None and st["adv_step"] is None for st in tr["steps"])
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "ppo"])
+def test_parts_an_estimator_lacks_are_null_not_zero(tmp_path: Path, estimator: str) -> None:
+    steps, episodes, rows, result = synthetic_rollout(n_groups=2, group_size=3, length=4, estimator=estimator)
+    recorder = make_recorder(tmp_path, estimator, rollouts_every=1)
+    _, trajs = read_lines(recorder.after_advantage(1, True, steps, episodes, rows, result))
+    by_key = {(s.traj, s.step): i for i, s in enumerate(steps)}
+    for tr in trajs:
+        for st in tr["steps"]:
+            i = by_key[(tr["traj"], st["t"])]
+            assert st["adv_step"] is None and st["adv"] == pytest.approx(result.advantage[i], abs=5e-7 + 1e-14)
+            if estimator == "grpo":
+                assert st["adv_episode"] == pytest.approx(result.episode_advantage[i], abs=5e-7 + 1e-14)
+            else:  # PPO: no episode part, but the critic's value of the state
+                assert st["adv_episode"] is None and st["value"] == pytest.approx(rows.value[i], abs=5e-7 + 1e-14)

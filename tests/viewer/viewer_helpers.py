@@ -16,7 +16,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 
 
 def synthetic_rollout(n_groups: int, group_size: int, length: int, seed: int = 0, states: int = 3,
-                      obs_chars: int = 40):
+                      obs_chars: int = 40, estimator: str = "gigpo"):
     """StepRecords/EpisodeSummaries of a made-up env whose trajectories wander over `states` states per
     group (so states recur and step groups form), with the rows and the real GiGPO result for them."""
     from gigpo.advantage.estimators import compute_advantages
@@ -45,18 +45,19 @@ def synthetic_rollout(n_groups: int, group_size: int, length: int, seed: int = 0
                                            episode_return=sum(s.reward for s in steps[first:]), length=n,
                                            invalid_steps=sum(not s.action_valid for s in steps[first:]),
                                            task_type="", error=None))
-    rows = step_rows(steps)
-    result = compute_advantages("gigpo", rows, gamma=0.95, lam=1.0, step_weight=1.0, norm="std",
+    rows = step_rows(steps, values=rng.normal(size=len(steps)) if estimator == "ppo" else None)
+    result = compute_advantages(estimator, rows, gamma=0.95, lam=1.0, step_weight=1.0, norm="std",
                                 episode_stats="trajectory", similarity=None)
     return steps, episodes, rows, result
 
 
-def make_recorder(run_dir: Path, **logging):
+def make_recorder(run_dir: Path, estimator: str = "gigpo", **logging):
+    """The trainer's recorder for a config with these `logging` keys (gamma 0.95, the default)."""
     from gigpo.config import Config
     from gigpo.viewer.records import RolloutRecorder
 
     config = Config.model_validate({"model": {"init": "tiny"}, "env": {"id": "gigpo/Sokoban-v0", "max_steps": 8},
-                                    "logging": logging})
+                                    "algorithm": {"estimator": estimator}, "logging": logging})
     return RolloutRecorder.from_config(config, run_dir)
 
 

@@ -113,7 +113,9 @@
       meanSize: sizes.length ? allSteps.length / sizes.length : null, maxSize: Math.max(0, ...sizes), hist,
       versions: [...new Set(allSteps.map((s) => s.version))].sort((a, b) => a - b),
     };
-    return {name, header, trajs, groups, stepGroups, stats, maxSteps, train};
+    const sortBy = allSteps.some((s) => s.adv_step != null) ? ["adv_step", "step advantage"]
+      : allSteps.some((s) => s.adv != null) ? ["adv", "advantage"] : ["return", "return"];
+    return {name, header, trajs, groups, stepGroups, stats, maxSteps, train, sortBy};
   }
 
   // ------------------------------------------------------------------ shared pieces
@@ -338,36 +340,37 @@
     if (!members || members[0].tr.group !== gid) throw new ViewError(`group ${gid} of ${recordLabel(rec.header)} has no step group ${sg}`);
     setCrumbs([["/", run.name], [`/r/${rec.name}`, recordLabel(rec.header)], [`/r/${rec.name}/g/${gid}`, `group ${gid}`],
       [`/r/${rec.name}/g/${gid}/s/${sg}`, `step group ${sg}`]]);
-    const key = rec.train ? (m) => m.st.adv_step : (m) => m.st.return;
+    const [field, label] = rec.sortBy;  // the step advantage; the final one, or the return, where there is none
+    const key = (m) => m.st[field];
     const sorted = [...members].sort((a, b) => key(b) - key(a) || b.st.return - a.st.return || a.tr.traj - b.tr.traj || a.st.t - b.st.t);
-    const scale = Math.max(1e-9, ...sorted.map((m) => Math.abs(rec.train ? m.st.adv_step : m.st.return)));
+    const scale = Math.max(1e-9, ...sorted.map((m) => Math.abs(key(m))));
     const bar = (x) => `<span class="bar ${x >= 0 ? "pos" : "neg"}" style="width:${(100 * Math.abs(x) / scale).toFixed(1)}px;margin-left:${x >= 0 ? 100 : 100 - 100 * Math.abs(x) / scale}px"></span>`;
     const rows = sorted.map((m) => `<tr data-traj="${m.tr.traj}" data-t="${m.st.t}"><td>${m.tr.traj}</td><td>${m.st.t}</td>
       <td class="l"><span class="act">${actionText(m.st)}</span></td><td class="l muted">${esc(m.st.response.slice(0, 60))}</td>
       <td class="v-reward">${signed(m.st.reward, 2)}</td><td class="v-return">${signed(m.st.return)}</td>
       ${rec.train ? `<td class="v-adv-episode">${signed(m.st.adv_episode)}</td><td class="v-adv-step">${signed(m.st.adv_step)}</td><td class="v-adv">${signed(m.st.adv)}</td>` : ""}
-      <td class="barcell">${bar(rec.train ? m.st.adv_step : m.st.return)}</td></tr>`).join("");
+      <td class="barcell">${bar(key(m))}</td></tr>`).join("");
     const byAction = new Map();
     for (const m of members) {
       const a = m.st.valid ? m.st.action : "invalid";
       if (!byAction.has(a)) byAction.set(a, []);
       byAction.get(a).push(m);
     }
-    const actions = [...byAction.entries()].map(([a, ms]) => ({a, n: ms.length, ret: mean(ms.map((m) => m.st.return)), adv: rec.train ? mean(ms.map((m) => m.st.adv_step)) : null}))
-      .sort((x, y) => (rec.train ? y.adv - x.adv : y.ret - x.ret));
+    const actions = [...byAction.entries()].map(([a, ms]) => ({a, n: ms.length, ret: mean(ms.map((m) => m.st.return)), adv: mean(ms.map(key))}))
+      .sort((x, y) => y.adv - x.adv || y.ret - x.ret);
     const siblings = [...new Set(groupOf(rec, gid).trajs.flatMap((t) => t.steps).filter((s) => s.sg_size > 1).map((s) => s.sg))].sort((a, b) => a - b);
     const i = siblings.indexOf(sg);
     const nav = [i > 0 ? link(`/r/${rec.name}/g/${gid}/s/${siblings[i - 1]}`, "‹ previous step group") : "",
                  i >= 0 && i < siblings.length - 1 ? link(`/r/${rec.name}/g/${gid}/s/${siblings[i + 1]}`, "next step group ›") : ""].filter(Boolean).join(" · ");
     return `<h1>step group ${sg} <span class="muted">group ${gid} of ${esc(recordLabel(rec.header))}</span></h1>
-      <p class="muted">Every action taken from this state across the group (${members.length}), sorted by ${rec.train ? "step advantage" : "return"}, as in the GiGPO paper's Figure 3. ${nav}</p>
+      <p class="muted">Every action taken from this state across the group (${members.length}), sorted by ${label}, as in the GiGPO paper's Figure 3. ${nav}</p>
       <pre class="state" id="anchor-state">${esc(members[0].st.obs)}</pre>
       <h2>Actions</h2>
       <table class="data" id="members"><thead><tr><th>traj</th><th>step</th><th class="l">action</th><th class="l">response</th><th>reward</th><th>return R</th>
-      ${rec.train ? "<th>A episode</th><th>A step</th><th>A final</th>" : ""}<th class="l">${rec.train ? "step advantage" : "return"}</th></tr></thead><tbody>${rows}</tbody></table>
+      ${rec.train ? "<th>A episode</th><th>A step</th><th>A final</th>" : ""}<th class="l">${label}</th></tr></thead><tbody>${rows}</tbody></table>
       <h2>By action</h2>
-      <table class="data" id="by-action"><thead><tr><th class="l">action</th><th>times</th><th>mean return</th>${rec.train ? "<th>mean step advantage</th>" : ""}</tr></thead>
-      <tbody>${actions.map((x) => `<tr><td class="l act">${esc(x.a)}</td><td>${x.n}</td><td>${signed(x.ret)}</td>${rec.train ? `<td>${signed(x.adv)}</td>` : ""}</tr>`).join("")}</tbody></table>`;
+      <table class="data" id="by-action"><thead><tr><th class="l">action</th><th>times</th><th>mean return</th>${field !== "return" ? `<th>mean ${label}</th>` : ""}</tr></thead>
+      <tbody>${actions.map((x) => `<tr><td class="l act">${esc(x.a)}</td><td>${x.n}</td><td>${signed(x.ret)}</td>${field !== "return" ? `<td>${signed(x.adv)}</td>` : ""}</tr>`).join("")}</tbody></table>`;
   }
 
   async function viewDiff(q) {
