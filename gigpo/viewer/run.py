@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -64,8 +65,9 @@ def _config_summary(path: Path) -> dict[str, Any]:
     pick = {"algorithm": ("estimator", "gamma", "step_weight", "norm", "similarity"),
             "env": ("id", "num_groups", "group_size", "max_steps"), "model": ("path", "init"),
             "trainer": ("iterations",), "logging": ("rollouts_every",)}
-    return {f"{section}.{key}": data.get(section, {}).get(key) for section, keys in pick.items()
-            for key in keys if isinstance(data.get(section), dict) and key in data[section]}
+    plain = (str, int, float, bool, type(None))
+    return {f"{section}.{key}": v if isinstance(v := data[section][key], plain) else str(v)
+            for section, keys in pick.items() for key in keys if isinstance(data.get(section), dict) and key in data[section]}
 
 
 def _metrics(path: Path, keep: set[str]) -> list[dict[str, Any]]:
@@ -77,8 +79,9 @@ def _metrics(path: Path, keep: set[str]) -> list[dict[str, Any]]:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(row, dict) and "iteration" in row:
-            rows.append({k: v for k, v in row.items() if k == "iteration" or k in keep})
+        if isinstance(row, dict) and "iteration" in row:  # finite numbers only: JSON has no NaN (the page parses it)
+            rows.append({k: v for k, v in row.items() if k == "iteration" or (
+                k in keep and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))})
     return rows
 
 

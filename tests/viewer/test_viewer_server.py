@@ -33,9 +33,14 @@ def gigpo_view(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_open_run_indexes_records_and_explains_what_is_missing(run_dir: Path, tmp_path: Path) -> None:
+    # a NaN (valid for Python's json, not for the page's JSON.parse) and a line cut by a crash
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write('{"iteration": 3, "rollout/success": NaN, "rollout/return": 0.5}\n{"iteration": 4, "roll')
     index = open_run(run_dir)
     assert [r["name"] for r in index.records] == ["000001-train", "000002-train"] and not index.notices
-    assert [m["iteration"] for m in index.metrics] == [0, 1, 2]
+    assert [m["iteration"] for m in index.metrics] == [0, 1, 2, 3]
+    assert index.metrics[3] == {"iteration": 3, "rollout/return": 0.5}
+    json.dumps(index.overview(), allow_nan=False)
     # a record cut short (a crash mid-write of an older version, a full disk) is skipped with a notice
     (run_dir / "records" / "000003-eval.jsonl.gz").write_bytes(b"\x1f\x8b\x08garbage")
     index = open_run(run_dir)

@@ -24,6 +24,9 @@
   const signed = (x, d = 3) => x == null ? "—" : `<span class="${x > 0 ? "pos" : x < 0 ? "neg" : ""}">${x >= 0 ? "+" : "−"}${Math.abs(x).toFixed(d)}</span>`;
   const fixed = (x, d = 3) => x == null || Number.isNaN(x) ? "—" : Number(x).toFixed(d);
   const pct = (x) => x == null || Number.isNaN(x) ? "—" : (100 * x).toFixed(1) + "%";
+  // reduce, not Math.max(...xs): spreading a long array overflows the call stack
+  const maxOf = (xs, init = -Infinity) => { let m = init; for (const x of xs) if (x > m) m = x; return m; };
+  const minOf = (xs, init = Infinity) => { let m = init; for (const x of xs) if (x < m) m = x; return m; };
   const mean = (xs) => xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null;
   const link = (hash, text, cls = "") => `<a href="#${esc(hash)}"${cls ? ` class="${cls}"` : ""}>${text}</a>`;
   const actionText = (st) => st.valid ? esc(st.action == null ? "(none)" : st.action) : "invalid";
@@ -87,7 +90,7 @@
         stepGroups.get(st.sg).push({tr, st});
       }
     }
-    const maxSteps = header.max_steps || Math.max(1, ...trajs.map((t) => t.length));
+    const maxSteps = header.max_steps || maxOf(trajs.map((t) => t.length), 1);
     for (const g of groups.values()) {
       const steps = g.trajs.flatMap((t) => t.steps);
       const shared = new Set(steps.filter((s) => s.sg_size > 1).map((s) => s.sg));
@@ -97,7 +100,7 @@
       g.invalid = g.trajs.reduce((a, t) => a + t.invalid_steps, 0);
       g.long = g.trajs.some((t) => t.length >= maxSteps);
       g.sharedGroups = shared.size;
-      g.maxSg = Math.max(1, ...steps.map((s) => s.sg_size));
+      g.maxSg = maxOf(steps.map((s) => s.sg_size), 1);
       g.meanAbsAdv = train ? mean(steps.map((s) => Math.abs(s.adv || 0))) : null;
       g.nSteps = steps.length;
     }
@@ -110,7 +113,7 @@
       invalid: allSteps.length ? allSteps.filter((s) => !s.valid).length / allSteps.length : null,
       length: mean(trajs.map((t) => t.length)), steps: allSteps.length, stepGroups: sizes.length,
       multiShare: allSteps.length ? allSteps.filter((s) => s.sg_size > 1).length / allSteps.length : null,
-      meanSize: sizes.length ? allSteps.length / sizes.length : null, maxSize: Math.max(0, ...sizes), hist,
+      meanSize: sizes.length ? allSteps.length / sizes.length : null, maxSize: maxOf(sizes, 0), hist,
       versions: [...new Set(allSteps.map((s) => s.version))].sort((a, b) => a - b),
     };
     const sortBy = allSteps.some((s) => s.adv_step != null) ? ["adv_step", "step advantage"]
@@ -178,9 +181,9 @@
   // ------------------------------------------------------------------ views
   function curveSvg(xs, ys, title) {
     const W = 300, H = 170, L = 46, R = 10, T = 22, B = 24;
-    let lo = Math.min(...ys), hi = Math.max(...ys);
+    let lo = minOf(ys), hi = maxOf(ys);
     if (lo === hi) { lo -= 0.5; hi += 0.5; }
-    const x0 = Math.min(...xs), x1 = Math.max(...xs) === x0 ? x0 + 1 : Math.max(...xs);
+    const x0 = minOf(xs), x1 = maxOf(xs) === x0 ? x0 + 1 : maxOf(xs);
     const px = (x) => L + (x - x0) / (x1 - x0) * (W - L - R);
     const py = (y) => T + (hi - y) / (hi - lo) * (H - T - B);
     const d = xs.map((x, i) => `${i ? "L" : "M"}${px(x).toFixed(1)},${py(ys[i]).toFixed(1)}`).join("");
@@ -254,7 +257,7 @@
     const page = pageOf(q, groups.length, PER_PAGE.groups);
     const shown = groups.slice((page - 1) * PER_PAGE.groups, page * PER_PAGE.groups);
     const s = rec.stats;
-    const histMax = Math.max(1, ...s.hist.values());
+    const histMax = maxOf(s.hist.values(), 1);
     const hist = [...s.hist.entries()].sort((a, b) => a[0] - b[0]).slice(0, 24)
       .map(([size, n]) => `<div style="height:${Math.max(2, 40 * n / histMax)}px" title="${n} step groups of size ${size}"></div>`).join("");
     const cut = h.groups_kept < h.groups_total
@@ -292,7 +295,7 @@
 
   function stepGrid(columns, colour, rec, page, colourKey, marks = () => "") {
     // columns: [{head, gid, tr, rec?}]; rows are step indices, so trajectories line up by step
-    const length = Math.max(0, ...columns.map((c) => c.tr.steps.length ? c.tr.steps[c.tr.steps.length - 1].t + 1 : 0));
+    const length = maxOf(columns.map((c) => c.tr.steps.length ? c.tr.steps[c.tr.steps.length - 1].t + 1 : 0), 0);
     const from = (page - 1) * PER_PAGE.steps, to = Math.min(length, page * PER_PAGE.steps);
     const at = columns.map((c) => new Map(c.tr.steps.map((st) => [st.t, st])));
     let body = "";
@@ -312,7 +315,7 @@
     for (const tr of g.trajs) for (const st of tr.steps) cells.push([st.t, tr.traj, st.sg]);
     cells.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
     const colour = colourMap(cells.map((c) => c[2]));
-    const length = Math.max(0, ...g.trajs.map((t) => t.steps.length ? t.steps[t.steps.length - 1].t + 1 : 0));
+    const length = maxOf(g.trajs.map((t) => t.steps.length ? t.steps[t.steps.length - 1].t + 1 : 0), 0);
     const page = pageOf(q, length, PER_PAGE.steps);
     const grid = stepGrid(g.trajs.map((tr) => ({head: trajHead(tr), gid, tr})), colour, rec, page, (st) => st.sg);
     const shared = [...colour.keys()].map((sg) => ({sg, members: rec.stepGroups.get(sg)}))
@@ -321,7 +324,7 @@
       const rets = members.map((m) => m.st.return);
       const actions = new Set(members.map((m) => m.st.valid ? m.st.action : "invalid"));
       return `<tr data-sg="${sg}"><td class="l"><span class="swatch" style="background:${colour.get(sg)}"></span> ${link(`/r/${rec.name}/g/${gid}/s/${sg}`, `step group ${sg}`)}</td>
-        <td>${members.length}</td><td>${actions.size}</td><td>${fixed(Math.max(...rets) - Math.min(...rets))}</td></tr>`;
+        <td>${members.length}</td><td>${actions.size}</td><td>${fixed(maxOf(rets) - minOf(rets))}</td></tr>`;
     }).join("");
     const q2 = new URLSearchParams(q);
     return `<h1>group ${gid} <span class="muted">of ${esc(recordLabel(rec.header))}</span></h1>
@@ -343,7 +346,7 @@
     const [field, label] = rec.sortBy;  // the step advantage; the final one, or the return, where there is none
     const key = (m) => m.st[field];
     const sorted = [...members].sort((a, b) => key(b) - key(a) || b.st.return - a.st.return || a.tr.traj - b.tr.traj || a.st.t - b.st.t);
-    const scale = Math.max(1e-9, ...sorted.map((m) => Math.abs(key(m))));
+    const scale = maxOf(sorted.map((m) => Math.abs(key(m))), 1e-9);
     const bar = (x) => `<span class="bar ${x >= 0 ? "pos" : "neg"}" style="width:${(100 * Math.abs(x) / scale).toFixed(1)}px;margin-left:${x >= 0 ? 100 : 100 - 100 * Math.abs(x) / scale}px"></span>`;
     const rows = sorted.map((m) => `<tr data-traj="${m.tr.traj}" data-t="${m.st.t}"><td>${m.tr.traj}</td><td>${m.st.t}</td>
       <td class="l"><span class="act">${actionText(m.st)}</span></td><td class="l muted">${esc(m.st.response.slice(0, 60))}</td>
@@ -421,7 +424,7 @@
       const mine = first[side(i)].get(t), other = first[1 - side(i)].get(t);
       return mine && other && (mine.anchor !== other.anchor || mine.action !== other.action) ? "differs" : "";
     };
-    const length = Math.max(0, ...columns.map((c) => c.tr.steps.length ? c.tr.steps[c.tr.steps.length - 1].t + 1 : 0));
+    const length = maxOf(columns.map((c) => c.tr.steps.length ? c.tr.steps[c.tr.steps.length - 1].t + 1 : 0), 0);
     const page = pageOf(q, length, PER_PAGE.steps);
     const grid = stepGrid(columns, colour, A, page, (st) => st.anchor, marks);
     const back = new URLSearchParams(q); back.delete("seed"); back.delete("page");
