@@ -100,9 +100,19 @@ def test_trained_run_in_chromium_then_exported_offline(tmp_path: Path, browser) 
         page.click("#iterations tr[data-iteration='2'] a:text-is('train')")
         rendered(page, "#/r/000002-train")
         assert page.locator("#groups tbody tr").count() == 2
-        # the iteration's group table agrees with the record
+        # the iteration's group table agrees with the record, and its filters select from it
         won = sum(tr["won"] for tr in trajs if tr["group"] == group)
         assert page.inner_text(f"#groups tr[data-group='{group}'] td:nth-child(3)") == f"{won}/4"
+        page.select_option("#filters select[name=outcome]", "none")
+        rendered(page, "#/r/000002-train?outcome=none&sort=group")
+        lost = [g for g in (0, 1) if not any(tr["won"] for tr in trajs if tr["group"] == g)]
+        assert page.eval_on_selector_all("#groups tbody tr", "rs => rs.map(r => +r.dataset.group)") == lost
+        page.check("#filters input[name=invalid]")
+        rendered(page, "#/r/000002-train?outcome=none&invalid=1&sort=group")
+        assert page.eval_on_selector_all("#groups tbody tr", "rs => rs.map(r => +r.dataset.group)") == [
+            g for g in lost if any(tr["invalid_steps"] for tr in trajs if tr["group"] == g)]
+        page.goto(f"{base}?token={token}#/r/000002-train")
+        rendered(page, "#/r/000002-train")
         page.click(f"#groups tr[data-group='{group}'] a")
         rendered(page, f"#/r/000002-train/g/{group}")
 
