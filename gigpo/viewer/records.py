@@ -125,7 +125,7 @@ def build_record(header: dict[str, Any], steps: Sequence[Any], episodes: Sequenc
         s = steps[i]
         obs, obs_cut = cut_text(s.observation, max_chars)
         response, response_cut = cut_text(s.response, max_chars)
-        return {"t": int(s.step), "obs": obs, "response": response, "action": s.action, "valid": bool(s.action_valid),
+        return {"t": int(s.step), "obs": obs, "response": response, "action": None if s.action is None else str(s.action), "valid": bool(s.action_valid),
                 "reason": s.invalid_reason, "reward": _num(s.reward), "return": _num(returns[i]),
                 "anchor": f"{anchor_key(s.anchor) & (2**64 - 1):016x}", "sg": step_group[i], "sg_size": sg_size[i], "adv_episode": parts("episode_advantage", i),
                 "adv_step": parts("step_advantage", i), "adv": parts("advantage", i), "value": parts("value", i),
