@@ -200,16 +200,16 @@ class RolloutRecorder:
         return self.run_dir / RECORDS_DIR / f"{record_name(iteration, phase)}.jsonl.gz"
 
     def _write(self, iteration: int, phase: str, steps: Sequence[Any], episodes: Sequence[Any],
-               columns: StepColumns) -> Optional[Path]:
+               make_columns: Callable[[], StepColumns]) -> Optional[Path]:
         header = {**self.header, "iteration": iteration, "phase": phase}
         if phase == "eval":
             header["group_size"] = 1
-        lines = build_record(header, steps, episodes, columns, self.max_bytes, self.max_chars)
         try:
+            lines = build_record(header, steps, episodes, make_columns(), self.max_bytes, self.max_chars)
             return write_record(self.path(iteration, phase), lines)
-        except OSError as exc:  # a record is a diagnostic: never lose a training run over it
-            print(f"gigpo: could not write the rollout record of iteration {iteration} ({exc}); training goes on",
-                  flush=True)
+        except Exception as exc:  # a record is a diagnostic: never lose a training run over it (a full disk, ...)
+            print(f"gigpo: the {phase} rollout record of iteration {iteration} failed ({type(exc).__name__}: {exc}); "
+                  "training goes on", flush=True)
             return None
 
     def after_advantage(self, iteration: int, last: bool, steps: Sequence[Any], episodes: Sequence[Any], rows: Any,
@@ -218,8 +218,8 @@ class RolloutRecorder:
         if not self.every or not (iteration % self.every == 0 or last):
             return None
         used = {s.group for s in steps}  # dynamic sampling may have dropped groups from the update
-        columns = step_columns(steps, self.gamma, self.similarity, result, rows, self.header["estimator"])
-        return self._write(iteration, "train", steps, [e for e in episodes if e.group in used], columns)
+        return self._write(iteration, "train", steps, [e for e in episodes if e.group in used],
+                           lambda: step_columns(steps, self.gamma, self.similarity, result, rows, self.header["estimator"]))
 
     def eval_hook(self, iteration: int) -> Optional[Callable[[Any], None]]:
         """The `on_rollout` callback for evaluate(): records the evaluation's episodes (None when records are off)."""
@@ -227,7 +227,7 @@ class RolloutRecorder:
             return None
 
         def record(result: Any) -> None:
-            columns = step_columns(result.steps, self.gamma, self.similarity)
-            self._write(iteration, "eval", result.steps, result.episodes, columns)
+            self._write(iteration, "eval", result.steps, result.episodes,
+                        lambda: step_columns(result.steps, self.gamma, self.similarity))
 
         return record

@@ -120,3 +120,10 @@ def test_parts_an_estimator_lacks_are_null_not_zero(tmp_path: Path, estimator: s
                 assert st["adv_episode"] == pytest.approx(result.episode_advantage[i], abs=5e-7 + 1e-14)
             else:  # PPO: no episode part, but the critic's value of the state
                 assert st["adv_episode"] is None and st["value"] == pytest.approx(rows.value[i], abs=5e-7 + 1e-14)
+
+
+def test_a_failing_record_never_stops_training(tmp_path: Path, capsys) -> None:
+    steps, episodes, rows, result = synthetic_rollout(n_groups=1, group_size=2, length=3)
+    (tmp_path / "records").write_text("a file where the folder should be")  # the write fails
+    assert make_recorder(tmp_path, rollouts_every=1).after_advantage(1, True, steps, episodes, rows, result) is None
+    assert "the train rollout record of iteration 1 failed" in capsys.readouterr().out
