@@ -10,7 +10,7 @@ EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 RECIPE ?= recipes/sokoban_tiny.yaml
 ARGS ?=
 
-.PHONY: install train test bench clean-venv
+.PHONY: install train test bench clean-venv browser
 
 install: $(STAMP)
 
@@ -33,8 +33,18 @@ endif
 train: install
 	$(VENV)/bin/gigpo train $(RECIPE) $(ARGS)
 
-test: install
+test: install browser
 	$(PY) -m pytest -q tests $(ARGS)
+
+# The viewer's browser test drives Debian's Chromium through Playwright. Install it once when missing; where
+# that cannot be done (not root, no apt-get, no network) make goes on and that test skips, saying why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium for the viewer's browser test"; \
+	    apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && \
+	      apt-get install -y -q chromium >/dev/null 2>&1; } || echo "could not install chromium: the browser test will skip"; \
+	  else echo "chromium is missing and cannot be installed here (needs root and apt-get): the browser test will skip"; fi; }
 
 bench: install
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done

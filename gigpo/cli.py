@@ -15,7 +15,7 @@ from gigpo.pretrained import ModelFetchError
 
 # Subsystem command modules, in the order `gigpo --help` lists them.
 COMMAND_MODULES: list[str] = ["gigpo.advantage.cli", "gigpo.envs.cli", "gigpo.envs.alfworld.cli", "gigpo.rollout.cli",
-                              "gigpo.trainer.cli"]
+                              "gigpo.trainer.cli", "gigpo.viewer.cli"]
 
 
 def _cmd_config(args: argparse.Namespace) -> int:

@@ -277,7 +277,14 @@ class LoggingConfig(Section):
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"
     wandb_project: str = "gigpo"
     log_rollouts: bool = False
-    """Also write the rollout rows (gigpo advantage JSONL format) to the run directory."""
+    """Also write every iteration's step rows (the `gigpo advantage` input format) to rollouts/ in the run directory."""
+    rollouts_every: int = Field(10, ge=0)
+    """Write a rollout record for `gigpo view` to records/ every this many iterations (and the last), and one
+    of every evaluation; 0 writes none."""
+    rollouts_max_mb: float = Field(8.0, gt=0)
+    """Bound on one record's JSON before gzip: whole groups are kept while they fit, the rest are counted."""
+    rollouts_max_chars: int = Field(1000, ge=20)
+    """Observation and response texts longer than this are cut in records (the middle is dropped)."""
     progress: bool = True
 
 

@@ -36,6 +36,14 @@ class StepRecord:
     action_valid: bool
     truncated_response: bool
     """The response hit max_new_tokens before ending."""
+    observation: str = ""
+    """What the model saw at this step (the env's observation text; the prompt adds task and history)."""
+    response: str = ""
+    action: Optional[str] = None
+    """The action the env parsed from the response (None when it could not parse one)."""
+    invalid_reason: str = ""
+    policy_version: int = -1
+    """Weight version of the generator that sampled the response."""
 
 
 @dataclass
@@ -137,7 +145,9 @@ def rollout(
                     group=group_offset + view.group_idx, traj=traj_offset + view.episode_idx, step=view.step, prompt_ids=prompt,
                     response_ids=list(completion.token_ids), response_logprobs=list(completion.logprobs),
                     reward=float(after.reward), anchor=str(view.anchor), action_valid=valid,
-                    truncated_response=completion.finish_reason == "length"))
+                    truncated_response=completion.finish_reason == "length", observation=view.observation,
+                    response=completion.text, action=after.info.get("action"),
+                    invalid_reason=str(after.info.get("invalid_reason", "")), policy_version=completion.weight_version))
             live = [r for r in results if not r.done]
             turn += 1
             if progress is not None:

@@ -158,8 +158,10 @@ class EpisodeBar:
         self.bar.close()
 
 
-def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int] = None, prefix: str = "eval/") -> dict[str, float]:
-    """Greedy (eval temperature) success on the held-out evaluation seeds, one episode per seed."""
+def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int] = None, prefix: str = "eval/",
+             on_rollout=None) -> dict[str, float]:
+    """Greedy (eval temperature) success on the held-out evaluation seeds, one episode per seed.
+    `on_rollout` receives the episodes (the rollout record's hook)."""
     from gigpo.rollout.collect import rollout
 
     bar = EpisodeBar("eval", config.logging.progress)
@@ -169,6 +171,8 @@ def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int]
                          max_prompt_tokens=config.rollout.max_prompt_tokens, progress=bar)
     finally:
         bar.close()
+    if on_rollout is not None:
+        on_rollout(result)
     return result.metrics(prefix)
 
 
@@ -243,6 +247,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
     from gigpo.trainer.engines import ActorEngine, CriticEngine, ReferenceModel, settings_from_config
     from gigpo.trainer.lora import AdapterFreeReference
     from gigpo.trainer.metrics import MetricsLogger, PhaseTimer
+    from gigpo.viewer.records import RolloutRecorder
 
     t, a, e = config.trainer, config.algorithm, config.env
     # fail on a bad recipe before any model, process or environment is started
@@ -252,6 +257,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
     run_dir = Path(t.run_dir)
     random.seed(t.seed)
     np.random.seed(t.seed)
+    recorder = RolloutRecorder.from_config(config, run_dir)  # rollout records for `gigpo view`
 
     # ---- model, optional supervised warm-up (rank 0, before the engines exist)
     model_path = resolve_model_path(config.model.path, config.model.init, config.model.corpus, config.model.seed) if main else None
@@ -304,7 +310,8 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
         sync_weights(actor, generator, version=state["iteration"], verifier=verifier)
     if main and start == 1 and not (run_dir / "metrics.jsonl").exists():
         # iteration 0: the starting policy (after warm-up, if any), so curves have a baseline
-        logger.log(0, {**evaluate(config, eval_pool, generator, prompt_fn), "rollout/env_steps_total": 0})
+        logger.log(0, {**evaluate(config, eval_pool, generator, prompt_fn, on_rollout=recorder.eval_hook(0)),
+                       "rollout/env_steps_total": 0})
 
     try:
         for iteration in range(start, t.iterations + 1):
@@ -375,6 +382,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
                     if main:
                         metrics.update(step_group_diagnostics(result))
                         metrics.update(revisit_diagnostics(rows))
+                        recorder.after_advantage(iteration, last, steps, episodes, rows, result)
                         if config.logging.log_rollouts:
                             from gigpo.advantage.jsonl import write_step_rows
 
@@ -423,7 +431,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
             if main and (iteration % t.eval_every == 0 or last):  # the final policy is always evaluated
                 with timer("eval"):
-                    metrics.update(evaluate(config, eval_pool, generator, prompt_fn))
+                    metrics.update(evaluate(config, eval_pool, generator, prompt_fn, on_rollout=recorder.eval_hook(iteration)))
             metrics.update(timer.metrics())
             metrics["time/iteration"] = time.perf_counter() - iteration_start
             metrics["perf/peak_rss_gb"] = peak_rss_gb()
