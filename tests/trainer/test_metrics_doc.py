@@ -25,12 +25,14 @@ NOT_IN_THIS_RUN = {
 
 
 def documented_names(doc: str) -> list[str]:
-    """The backticked names of the first column of docs/metrics.md's table."""
+    """The backticked names in the first column of docs/metrics.md's `| key | meaning |` table."""
+    lines = doc.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.replace(" ", "") == "|key|meaning|")
     names = []
-    for line in doc.splitlines():
-        cells = line.split("|")
-        if len(cells) > 2 and "`" in cells[1]:
-            names += re.findall(r"`([^`]+)`", cells[1])
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break  # the end of the table
+        names += re.findall(r"`([^`]+)`", line.split("|")[1])
     return names
 
 
