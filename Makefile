@@ -10,7 +10,7 @@ EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 RECIPE ?= recipes/sokoban_tiny.yaml
 ARGS ?=
 
-.PHONY: install train test bench clean-venv
+.PHONY: install train test bench check-cpu-kernels clean-venv
 
 install: $(STAMP)
 
@@ -35,6 +35,10 @@ train: install
 
 test: install
 	$(PY) -m pytest -q tests $(ARGS)
+
+# the numerical tests under each CPU kernel family (default, avx2, avx512): docs/results/cpu_kernels.log
+check-cpu-kernels: install
+	PY=$(PY) scripts/check_cpu_kernels.sh $(ARGS)
 
 bench: install
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done

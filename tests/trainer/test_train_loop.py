@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from run_helpers import REPO, REQUIRED_KEYS, train, train_and_kill_in_iteration_3
+from support.run import REPO, REQUIRED_KEYS, train, train_and_kill_in_iteration_3
 
 def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
