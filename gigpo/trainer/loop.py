@@ -22,10 +22,11 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from gigpo.config import Config, dump_config
+from gigpo.trainer.nonfinite import NonFiniteError, require_finite
 
 
-class TrainingAborted(RuntimeError):
-    """Training stopped on corrupted state (NaN/inf); nothing corrupt was saved."""
+TrainingAborted = NonFiniteError
+"""Training stopped on corrupted state (NaN/inf); nothing corrupt was saved (the name `gigpo train` catches)."""
 
 
 # --------------------------------------------------------------------------- seeds and guards
@@ -43,11 +44,7 @@ def eval_seeds(config: Config, episodes: Optional[int] = None) -> list[int]:
 
 
 def check_finite(name: str, values: Any, iteration: int, phase: str) -> None:
-    array = np.asarray(values, dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(array))
-    if bad.size:
-        raise TrainingAborted(f"iteration {iteration}, phase {phase}: {name} has {bad.size} non-finite value(s) "
-                              f"(first at index {int(bad[0])}: {array[bad[0]]}); stopping before anything is saved")
+    require_finite(name, values, f"iteration {iteration}, phase {phase}")
 
 
 def peak_rss_gb() -> float:

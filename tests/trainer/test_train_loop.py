@@ -104,8 +104,19 @@ def test_dynamic_sampling_redraws_then_skips_an_update_without_signal(tmp_path: 
 def test_nan_reward_stops_the_run_without_a_checkpoint(tmp_path: Path) -> None:
     run = tmp_path / "nan"
     proc = train(run, "env.id=gigpo/TwentyFour-v0", "env.kwargs={}", "env.invalid_action_penalty=.nan", "trainer.iterations=1", check=False)
-    assert proc.returncode != 0
+    assert proc.returncode == 3 and "gigpo: training stopped: " in proc.stderr
     assert "iteration 1, phase rollout" in proc.stderr and "non-finite" in proc.stderr
+    assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir())
+
+
+def test_nan_inside_the_update_stops_the_run_with_exit_code_3(tmp_path: Path) -> None:
+    """An infinite entropy bonus makes the loss -inf inside ActorEngine.update(): the engine's guard raises,
+    and `gigpo train` ends as for any NaN (message, exit code 3, no checkpoint), not with a traceback."""
+    run = tmp_path / "nan_update"
+    proc = train(run, "algorithm.entropy_coef=.inf", "trainer.iterations=1", "trainer.save_every=1", check=False)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "gigpo: training stopped: " in proc.stderr and "loss is NaN/inf" in proc.stderr
+    assert "Traceback" not in proc.stderr
     assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir())
 
 
