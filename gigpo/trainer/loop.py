@@ -163,7 +163,7 @@ def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int]
 def warm_up(config: Config, model_path: str, pool, prompt_fn, tokenizer, warm_dir: Path) -> None:
     """Supervised warm-up on expert demonstrations into warm_dir/hf, reused from the cache when identical."""
     from gigpo.envs.demos import collect_demonstrations
-    from gigpo.local_model import default_cache_dir
+    from gigpo.models.cache import default_cache_dir
     from gigpo.trainer.warmup import cached_warmup, response_ids, supervised_warmup, warmup_cache_key
 
     t, e = config.trainer, config.env
@@ -220,7 +220,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
     from gigpo.advantage.diagnostics import revisit_diagnostics, step_group_diagnostics
     from gigpo.advantage.estimators import compute_advantages
-    from gigpo.local_model import resolve_model_path
+    from gigpo.models.resolve import resolve_model_path
     from gigpo.rollout.collect import rollout
     from gigpo.trainer.batching import TrainSample, check_token_budget
     from gigpo.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-from gigpo.local_model import default_cache_dir
+from gigpo.models.cache import default_cache_dir
 
 CONVERTER_VERSION = 1
 """Bumped when conversion changes what lands in the cache; part of each cached directory's name."""
