@@ -45,18 +45,29 @@ def _cmd_model_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_model_convert(args: argparse.Namespace) -> int:
-    from gigpo.models.pretrained import UnsupportedModelError, convert_gguf
+    import warnings
+
+    from gigpo.models.pretrained import ChatTemplateWarning, UnsupportedModelError, convert_gguf
 
     try:
-        out = convert_gguf(args.gguf, args.out, args.dtype)
-    except (UnsupportedModelError, FileNotFoundError) as exc:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ChatTemplateWarning)
+            out = convert_gguf(args.gguf, args.out, args.dtype, chat_template=args.chat_template)
+    except (UnsupportedModelError, FileNotFoundError, ValueError) as exc:
         print(f"gigpo: {exc}", file=sys.stderr)
         return 1
-    print(f"saved {args.gguf} as a Hugging Face model ({args.dtype} safetensors, tokenizer) to {out}")
+    for warning in caught:
+        if issubclass(warning.category, ChatTemplateWarning):
+            print(f"gigpo: warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    template = f", chat template {args.chat_template}" if args.chat_template else ""
+    print(f"saved {args.gguf} as a Hugging Face model ({args.dtype} safetensors, tokenizer{template}) to {out}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from gigpo.models.chat_template import template_names
     from gigpo.models.local import PRESETS
     from gigpo.models.pretrained import PINNED
 
@@ -85,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("gguf", help="a .gguf file (dequantised on load)")
     p.add_argument("--out", required=True, help="output directory (loadable with from_pretrained and vllm.LLM)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"], help="saved weight dtype (default: bf16)")
+    p.add_argument("--chat-template", default=None, metavar="NAME|FILE",
+                   help="chat template to save with the tokenizer, replacing the file's own (needed when it has "
+                        f"none): a Jinja file or one of {', '.join(template_names())}")
     p.set_defaults(func=_cmd_model_convert)
 
     for name in COMMAND_MODULES:

@@ -76,7 +76,7 @@ def build_prompt_fn(config: Config, tokenizer):
     from gigpo.envs.prompt import PromptBuilder
 
     builder = PromptBuilder(tokenizer, config.env.max_steps, config.env.history_length, config.env.prompt_template,
-                            system=config.env.system_prompt)
+                            system=config.env.system_prompt, chat_template=config.model.chat_template)
     return builder.batch_token_ids
 
 
