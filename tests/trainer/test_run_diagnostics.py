@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from run_helpers import metrics_of, train
+from support.run import metrics_of, train
 
 # a short warm-up teaches the answer format, so responses hold tagged actions the diagnostics can find
 WARM = ["trainer.sft_steps=60", "trainer.sft_rooms=40", "trainer.sft_batch_size=32", "env.num_groups=3",
