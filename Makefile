@@ -10,7 +10,7 @@ EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 RECIPE ?= recipes/sokoban_tiny.yaml
 ARGS ?=
 
-.PHONY: install train test bench clean-venv browser
+.PHONY: install train test bench check-cpu-kernels clean-venv browser
 
 install: $(STAMP)
 
@@ -45,6 +45,10 @@ browser:
 	    apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && \
 	      apt-get install -y -q chromium >/dev/null 2>&1; } || echo "could not install chromium: the browser test will skip"; \
 	  else echo "chromium is missing and cannot be installed here (needs root and apt-get): the browser test will skip"; fi; }
+
+# the numerical tests under each CPU kernel family (default, avx2, avx512): docs/results/cpu_kernels.log
+check-cpu-kernels: install
+	PY=$(PY) scripts/check_cpu_kernels.sh $(ARGS)
 
 bench: install
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from gigpo.config import load_config
 from gigpo.envs.demos import collect_demonstrations
-from gigpo.local_model import resolve_model_path
+from gigpo.models.resolve import resolve_model_path
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.trainer.loop import build_pool, build_prompt_fn, evaluate
 from gigpo.trainer.warmup import response_ids, supervised_warmup

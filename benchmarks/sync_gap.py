@@ -18,7 +18,7 @@ import math
 import torch
 from transformers import AutoModelForCausalLM
 
-from gigpo.local_model import resolve_model_path
+from gigpo.models.resolve import resolve_model_path
 from gigpo.rollout.generator import make_generator
 from gigpo.rollout.verify import SyncVerifier, default_tolerance
 

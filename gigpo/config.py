@@ -71,11 +71,17 @@ class ModelConfig(Section):
     seed: int = 0
     """Seed for the weights of a locally built model."""
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    chat_template: Optional[str] = None
+    """None: the tokenizer's own. A name (chatml, llama3, mistral, gemma, ...) or a Jinja file: that template
+    instead. `none`: plain-text prompts for a base model (needs rollout.stop). See gigpo.models.chat_template."""
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelConfig":
+        from gigpo.models.chat_template import check_model_template
+
         if self.path and self.init:
             raise ValueError("set either model.path or model.init, not both")
+        check_model_template(self.path, self.chat_template)
         return self
 
 
@@ -300,6 +306,10 @@ class Config(Section):
     def _model_source(self) -> "Config":
         if not self.model.path and not self.model.init:
             raise ValueError("the recipe names no model: set model.path (HF id or directory) or model.init (a preset)")
+        if (self.model.chat_template or "").strip().lower() == "none" and not self.rollout.stop:
+            raise ValueError("model.chat_template=none (plain-text prompts for a base model) needs rollout.stop: a "
+                             "base model rarely ends its answer with EOS, so set e.g. rollout.stop=['</action>'] "
+                             "(kept in the output, so the action still parses)")
         if self.trainer.old_logprobs == "generator" and self.rollout.temperature != 1.0:
             raise ValueError(f"trainer.old_logprobs=generator needs rollout.temperature=1 (got {self.rollout.temperature}): "
                              "generators return log-probs of the untempered distribution; use trainer or auto")

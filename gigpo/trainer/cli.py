@@ -10,7 +10,8 @@ from pathlib import Path
 def _cmd_train(args: argparse.Namespace) -> int:
     from gigpo.config import load_config
     from gigpo.trainer.batching import TokenBudgetError
-    from gigpo.trainer.loop import TrainingAborted, launch_or_train
+    from gigpo.trainer.loop import launch_or_train
+    from gigpo.trainer.nonfinite import NonFiniteError
 
     config = load_config(args.recipe, args.overrides)
     try:
@@ -18,7 +19,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except TokenBudgetError as exc:
         print(f"gigpo: {exc}", file=sys.stderr)
         return 2
-    except TrainingAborted as exc:
+    except NonFiniteError as exc:  # a NaN/inf anywhere: in the loop's guards or inside update()
         print(f"gigpo: training stopped: {exc}", file=sys.stderr)
         return 3
 

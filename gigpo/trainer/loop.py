@@ -22,14 +22,14 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from gigpo.config import Config, dump_config
+from gigpo.trainer.nonfinite import NonFiniteError, require_finite
 
 
 GAP_PROBE = 32
 """Samples whose log-probs the trainer recomputes each iteration when the old ones come from the generator."""
 
-
-class TrainingAborted(RuntimeError):
-    """Training stopped on corrupted state (NaN/inf); nothing corrupt was saved."""
+TrainingAborted = NonFiniteError
+"""Training stopped on corrupted state (NaN/inf); nothing corrupt was saved (the name `gigpo train` catches)."""
 
 
 # --------------------------------------------------------------------------- seeds and guards
@@ -47,11 +47,7 @@ def eval_seeds(config: Config, episodes: Optional[int] = None) -> list[int]:
 
 
 def check_finite(name: str, values: Any, iteration: int, phase: str) -> None:
-    array = np.asarray(values, dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(array))
-    if bad.size:
-        raise TrainingAborted(f"iteration {iteration}, phase {phase}: {name} has {bad.size} non-finite value(s) "
-                              f"(first at index {int(bad[0])}: {array[bad[0]]}); stopping before anything is saved")
+    require_finite(name, values, f"iteration {iteration}, phase {phase}")
 
 
 def placebo_advantages(advantage: np.ndarray, seed: int, iteration: int) -> np.ndarray:
@@ -88,7 +84,7 @@ def build_prompt_fn(config: Config, tokenizer):
     from gigpo.envs.prompt import PromptBuilder
 
     builder = PromptBuilder(tokenizer, config.env.max_steps, config.env.history_length, config.env.prompt_template,
-                            system=config.env.system_prompt)
+                            system=config.env.system_prompt, chat_template=config.model.chat_template)
     return builder.batch_token_ids
 
 
@@ -179,7 +175,7 @@ def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int]
 def warm_up(config: Config, model_path: str, pool, prompt_fn, tokenizer, warm_dir: Path) -> None:
     """Supervised warm-up on expert demonstrations into warm_dir/hf, reused from the cache when identical."""
     from gigpo.envs.demos import collect_demonstrations
-    from gigpo.local_model import default_cache_dir
+    from gigpo.models.cache import default_cache_dir
     from gigpo.trainer.warmup import cached_warmup, response_ids, supervised_warmup, warmup_cache_key
 
     t, e = config.trainer, config.env
@@ -236,7 +232,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
     from gigpo.advantage.diagnostics import revisit_diagnostics, step_group_diagnostics
     from gigpo.advantage.estimators import compute_advantages
-    from gigpo.local_model import resolve_model_path
+    from gigpo.models.resolve import resolve_model_path
     from gigpo.rollout.collect import rollout
     import torch
 

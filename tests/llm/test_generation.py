@@ -6,8 +6,8 @@ import pytest
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import SyncVerifier, sync_weights
-from rollout.conftest import load_trainer_model, perturb  # the rollout tests' helpers (tests/ is on sys.path)
-from rollout.greedy_check import assert_greedy_matches, tokens
+from support.greedy import assert_greedy_matches, tokens
+from support.models import load_trainer_model, perturb
 
 from .conftest import ENGINE
 

@@ -6,8 +6,9 @@ import torch
 
 from gigpo.rollout.hf_backend import HFGenerator
 
+from support.greedy import assert_greedy_matches, tokens
+
 from .conftest import GREEDY, sample_prompts
-from .greedy_check import assert_greedy_matches, tokens
 
 
 def test_answers_that_part_at_a_clear_choice_fail(tiny_model_dir):

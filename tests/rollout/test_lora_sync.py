@@ -20,8 +20,9 @@ from gigpo.rollout.verify import SyncVerifier
 from gigpo.trainer.checkpoint import save_checkpoint
 from gigpo.trainer.loop import sync_weights
 
+from support.greedy import assert_greedy_matches, tokens
+
 from .conftest import GREEDY, sample_prompts
-from .greedy_check import assert_greedy_matches, tokens
 
 PROMPTS = sample_prompts(6, seed=21)
 
@@ -62,7 +63,7 @@ def with_adapters(base_dir: Path, adapter_dir: Path) -> HFGenerator:
 
 
 def assert_answers_like_adapters(generator, base_dir: Path, adapter_dir: Path) -> None:
-    """`generator`'s greedy answers are those of HF with the adapters, up to near-ties (greedy_check)."""
+    """`generator`'s greedy answers are those of HF with the adapters, up to near-ties (support/greedy.py)."""
     reference = with_adapters(base_dir, adapter_dir)
     assert_greedy_matches(reference.model, PROMPTS, tokens(generator.generate(PROMPTS, GREEDY)),
                           tokens(reference.generate(PROMPTS, GREEDY)))

@@ -15,8 +15,10 @@ from gigpo.rollout.server_client import ServerError, ServerGenerator, free_port
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import SyncVerifier
 
-from .conftest import GREEDY, load_trainer_model, perturb, sample_prompts
-from .greedy_check import assert_greedy_matches, tokens
+from support.greedy import assert_greedy_matches, tokens
+from support.models import load_trainer_model, perturb
+
+from .conftest import GREEDY, sample_prompts
 
 TOKEN = "test-token"
 

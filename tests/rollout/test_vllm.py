@@ -10,8 +10,10 @@ from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import SyncMismatchError, SyncVerifier, sync_weights, trainer_logprobs
 
-from .conftest import GREEDY, load_trainer_model, perturb, sample_prompts
-from .greedy_check import assert_greedy_matches, tokens
+from support.greedy import assert_greedy_matches, tokens
+from support.models import load_trainer_model, perturb
+
+from .conftest import GREEDY, sample_prompts
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from gigpo.trainer.distributed import relaunch_command, relaunch_if_needed
+from support.tolerance import metric_rel, samples_close
 
 WORKER = Path(__file__).parent / "two_rank_worker.py"
 
@@ -37,11 +38,17 @@ def test_two_rank_zero2_update_equals_the_one_rank_update(tiny_model_dir, tmp_pa
         s.logp_old, s.advantage = lp, adv
     metrics = actor.update(samples)
     after = actor.compute_log_probs(samples)
+    config = actor.hf_module().config  # two ranks sum the gradient in another order: reorder bounds
     for mine, theirs in zip(before, result["before"]):
-        torch.testing.assert_close(mine, torch.tensor(theirs), atol=1e-5, rtol=1e-5)
-    assert result["metrics"]["actor/grad_norm"] == pytest.approx(metrics["actor/grad_norm"], rel=1e-4)
-    assert result["metrics"]["loss/policy"] == pytest.approx(metrics["loss/policy"], rel=1e-4, abs=1e-6)
+        torch.testing.assert_close(mine, torch.tensor(theirs), **samples_close(config, samples))
+    rel = metric_rel(config, samples)
+    assert result["metrics"]["actor/grad_norm"] == pytest.approx(metrics["actor/grad_norm"], rel=rel)
+    assert result["metrics"]["loss/policy"] == pytest.approx(metrics["loss/policy"], rel=rel,
+                                                              abs=samples_close(config, samples)["atol"])
     for mine, theirs in zip(after, result["after"]):
+        # after one Adam step: weights whose gradient is near 0 may differ by up to 2 lr from float noise
+        # (support.tolerance.relative_update_gap); their effect on log-probs is kept below 2e-3 here, while
+        # the update itself moves them by more (asserted where it matters)
         torch.testing.assert_close(mine, torch.tensor(theirs), atol=2e-3, rtol=0)
 
 

@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from run_helpers import REPO, WARM, train
+from support.run import REPO, WARM, train
 
 #: Documented names this run cannot produce, and why (each is a condition the doc states).
 NOT_IN_THIS_RUN = {

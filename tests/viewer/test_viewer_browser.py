@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from viewer_helpers import make_recorder, synthetic_rollout, write_run
-from run_helpers import REPO, clean_env, gigpo, train
+from support.run import REPO, clean_env, gigpo, train
 
 # two iterations of 2 groups x 4 Sokoban episodes of up to 4 steps; a 40-step warm-up (cached across
 # runs, ~6 s the first time) so that the model writes actions and its trajectories revisit states
