@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -12,7 +13,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from gigpo.trainer.batching import TokenBudgetError
     from gigpo.trainer.loop import TrainingAborted, launch_or_train
 
+    from gigpo.plan import PlanError, check_fits
+
     config = load_config(args.recipe, args.overrides)
+    try:
+        if "WORLD_SIZE" not in os.environ:  # once, in the process the user started, before any model loads
+            check_fits(config)
+    except PlanError as exc:
+        print(f"gigpo: {exc}", file=sys.stderr)
+        return 2
     try:
         return launch_or_train(config, args.recipe, args.overrides, resume=args.resume)
     except TokenBudgetError as exc:
