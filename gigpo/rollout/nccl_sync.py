@@ -40,12 +40,13 @@ def local_address_towards(host: str, port: int = 9) -> str:
         return s.getsockname()[0]
 
 
-def open_group(address: str, port: int, rank: int, world_size: int, device: torch.device,
+def open_group(address: str, port: int, rank: int, world_size: int, backend: str,
                timeout_s: float = GROUP_TIMEOUT_S) -> Any:
     """A process group of `world_size` ranks that only gigpo's weight sync uses. Rank 0 hosts the store.
 
-    NCCL when `device` is a CUDA device, else gloo bound to the interface that reaches `address`
-    (so it works across hosts without GLOO_SOCKET_IFNAME).
+    `backend` "nccl" (GPU tensors, every rank on its own GPU) or "gloo" (CPU tensors, or GPU tensors
+    through host memory), gloo bound to the interface that reaches `address` (so it works across hosts
+    without GLOO_SOCKET_IFNAME).
     """
     import torch.distributed as dist
 
@@ -53,7 +54,7 @@ def open_group(address: str, port: int, rank: int, world_size: int, device: torc
     store = dist.TCPStore(address, port, world_size, is_master=rank == 0, timeout=timeout,
                           wait_for_workers=False)
     store = dist.PrefixStore("gigpo-weight-sync", store)
-    if device.type == "cuda":
+    if backend == "nccl":
         options = dist.ProcessGroupNCCL.Options()
         options._timeout = timeout
         return dist.ProcessGroupNCCL(store, rank, world_size, options)
@@ -61,6 +62,8 @@ def open_group(address: str, port: int, rank: int, world_size: int, device: torc
     options._timeout = timeout
     here = address if rank == 0 else local_address_towards(address)
     options._devices = [dist.ProcessGroupGloo.create_device(hostname=here)]
+    if backend != "gloo":
+        raise ValueError(f"weight-sync group backend {backend!r}: use nccl or gloo")
     return dist.ProcessGroupGloo(store, rank, world_size, options)
 
 
@@ -174,19 +177,25 @@ class HTTPClient:
 
 
 class BroadcastWeightSender:
-    """Trainer side of one group: rank 0 plus `num_workers` engine workers (ranks 1..num_workers)."""
+    """Trainer side of one group: rank 0 plus `num_workers` engine workers (ranks 1..num_workers).
+
+    `shares_gpu`: the engine runs on the trainer's own GPU (an in-process engine, or a server this
+    trainer started on its machine). NCCL refuses two ranks of one group on one GPU, so such a group
+    uses gloo, which moves the GPU tensors through host memory; NCCL is for engines on other GPUs or hosts.
+    """
 
     def __init__(self, client: Any, *, master_address: str, master_port: int, num_workers: int,
-                 tied_lm_head: bool, device: Optional[torch.device] = None,
-                 dtype: Optional[torch.dtype] = None, timeout_s: float = GROUP_TIMEOUT_S) -> None:
+                 tied_lm_head: bool, shares_gpu: bool, dtype: Optional[torch.dtype] = None,
+                 timeout_s: float = GROUP_TIMEOUT_S) -> None:
         self.client, self.tied_lm_head, self.dtype = client, tied_lm_head, dtype
-        self.device = device or (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
-                                 else torch.device("cpu"))
+        cuda = torch.cuda.is_available()
+        self.backend = "nccl" if cuda and not shares_gpu else "gloo"
+        self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
         info = {"address": master_address, "port": master_port, "world_size": 1 + num_workers,
-                "timeout_s": timeout_s}
+                "timeout_s": timeout_s, "backend": self.backend}
         join = _in_thread(lambda: client.init(info))
         try:
-            self.group = open_group(master_address, master_port, 0, 1 + num_workers, self.device, timeout_s)
+            self.group = open_group(master_address, master_port, 0, 1 + num_workers, self.backend, timeout_s)
         finally:
             join()
 

@@ -316,7 +316,7 @@ class ServerGenerator(Generator):
                 address = local_address_towards(urlparse(server.url).hostname or "127.0.0.1")
                 sender = BroadcastWeightSender(client, master_address=address, master_port=free_port(address),
                                                num_workers=1, tied_lm_head=self._tied_lm_head(),
-                                               dtype=self.torch_dtype)
+                                               shares_gpu=server.supervised, dtype=self.torch_dtype)
                 self._nccl_senders[server.url] = sender
             sender.send(named_tensors)
             self._post(server, "weight_transfer/commit", {"version": version})

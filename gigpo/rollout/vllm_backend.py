@@ -145,7 +145,7 @@ class VLLMGenerator(Generator):
             self._nccl_sender = BroadcastWeightSender(
                 EngineClient(self.llm), master_address="127.0.0.1", master_port=free_port(),
                 num_workers=self.llm.llm_engine.vllm_config.parallel_config.world_size,
-                tied_lm_head=self.tied_lm_head, dtype=self.torch_dtype)
+                tied_lm_head=self.tied_lm_head, shares_gpu=True, dtype=self.torch_dtype)
         self._nccl_sender.send(named_tensors)
 
     def close(self) -> None:

@@ -50,8 +50,9 @@ class WeightSyncExtension:
         """Join the trainer's weight-sync group as rank 1 + this worker's rank (blocks until all joined)."""
         from gigpo.rollout.nccl_sync import open_group
 
+        self.gigpo_backend = info["backend"]
         self.gigpo_group = open_group(info["address"], int(info["port"]), 1 + self.rank, int(info["world_size"]),
-                                      self._gigpo_device(), float(info["timeout_s"]))
+                                      info["backend"], float(info["timeout_s"]))
 
     def gigpo_receive_broadcast(self, meta: list) -> int:
         """Receive the tensors `meta` names as the trainer broadcasts them, loading each as it comes."""
@@ -64,7 +65,11 @@ class WeightSyncExtension:
         return len(meta)
 
     def _gigpo_device(self):
+        """Where received tensors land: the worker's GPU for NCCL; host memory for gloo (reload_weights
+        copies them onto the GPU parameters)."""
         import torch
 
         device = getattr(self, "device", None)
-        return device if isinstance(device, torch.device) else torch.device("cpu")
+        if self.gigpo_backend == "gloo" or not isinstance(device, torch.device):
+            return torch.device("cpu")
+        return device

