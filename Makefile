@@ -34,6 +34,10 @@ train: install
 	$(VENV)/bin/gigpo train $(RECIPE) $(ARGS)
 
 test: install
+	@# tests/trainer/test_multinode.py makes network namespaces with iproute2's `ip` (skips without it or root)
+	@command -v ip >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+		&& (apt-get install -y -qq iproute2 >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq iproute2)) \
+		>/dev/null 2>&1; } || true
 	$(PY) -m pytest -q tests $(ARGS)
 
 bench: install

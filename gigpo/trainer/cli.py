@@ -30,6 +30,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except TrainingAborted as exc:
         print(f"gigpo: training stopped: {exc}", file=sys.stderr)
         return 3
+    except RuntimeError as exc:  # a collective whose peer is gone: say which, and how to go on
+        from gigpo.trainer.distributed import lost_rank_message
+
+        message = lost_rank_message(exc)
+        if message is None:
+            raise
+        print(f"gigpo: {message}", file=sys.stderr, flush=True)
+        return 4
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
