@@ -27,7 +27,8 @@ VLLM_GPU_OVERHEAD_GIB = 2.0
 CUDA_CONTEXT_GIB = 0.6
 """GPU memory a process's CUDA context and kernels take before any tensor."""
 ENV_WORKER_GIB = {"alfworld": 0.4, "webshop": 0.4, "default": 0.15}
-"""Host RSS per env worker process, by env family (WebShop with a 100k-product index: ~0.33 GiB)."""
+"""Host RSS per env worker process, by env family. WebShop's is measured (a 100k-product index: ~0.33 GiB,
+docs/benchmarks.md); ALFWorld's (TextWorld's PDDL engine) and the default are rough guesses, not measured."""
 LOGIT_CHUNK_ROWS = 256  # gigpo.trainer.losses.LOGIT_CHUNK_ROWS (not imported: it would import torch)
 
 

@@ -4,8 +4,8 @@ What runs is the launch users take beyond one machine (docs/trainer.md, "Several
 host the DeepSpeed launcher with `--no_ssh --node_rank K`, ranks talking over gloo between the hosts; a
 `gigpo serve` generation server on host A that the trainer on host B reaches with a token, weights sent
 by broadcast (rollout.weight_sync=nccl: gloo here); the env pool on B. Then: 2 iterations with a
-checkpoint each; a SIGKILLed rank on host A, after which host B must stop with a clear error, not hang;
-a resume from the checkpoint. The commands and their output go to MULTINODE_LOG when set (the committed
+checkpoint each; a SIGKILLed rank on host A in iteration 3, after which host B must stop with a clear
+error, not hang; a resume from checkpoint 2 that finishes iteration 3. The commands and their output go to MULTINODE_LOG when set (the committed
 docs/results/multinode.log). Needs root (CAP_NET_ADMIN) and iproute2; skips with the reason otherwise.
 """
 from __future__ import annotations
@@ -21,7 +21,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import requests
 
 from run_helpers import REPO, SMALL, clean_env, metrics_of
 
@@ -163,37 +162,24 @@ def test_two_hosts_train_checkpoint_survive_a_killed_rank_and_resume(hosts, serv
     log(f"# hostfile (names are labels: with --no_ssh nothing is resolved or dialled by name)\n{hostfile.read_text()}")
     run_dir = tmp_path / "run"
 
-    log("# 1) two iterations, a checkpoint after each; rank 0 on host B, rank 1 on host A")
+    log("# 1) rank 0 on host B, rank 1 on host A, 3 iterations planned, a checkpoint after each; "
+        "SIGKILL host A's rank once iteration 2 is done and iteration 3 has begun")
     start = time.monotonic()
-    procs = [launch(b, 0, b, hostfile, run_dir, server, 29611, "trainer.iterations=2"),
-             launch(a, 1, b, hostfile, run_dir, server, 29611, "trainer.iterations=2")]
-    codes = wait_all([p for p, _ in procs], timeout=400)
-    for (_, out), code in zip(procs, codes):
-        log(f"[exit {code}] {out.name}:\n{tail(out)}")
-    assert codes == [0, 0], "\n".join(tail(o, 60) for _, o in procs)
-    rows = [r for r in metrics_of(run_dir) if "time/iteration" in r]  # training rows (iteration 0: the first eval)
-    assert [r["iteration"] for r in rows] == [1, 2]
-    assert (run_dir / "checkpoints" / "2" / "meta.json").is_file()
-    assert all(r["rollout/env_steps_total"] > 0 for r in rows)
-    log(f"# phase 1 took {time.monotonic() - start:.0f} s; checkpoints: "
-        f"{sorted(p.name for p in (run_dir / 'checkpoints').iterdir())}")
-
-    log("# 2) resume towards iteration 4; SIGKILL host A's rank once iteration 4 has begun")
-    start = time.monotonic()
-    procs = [launch(b, 0, b, hostfile, run_dir, server, 29612, "trainer.iterations=4", resume=True),
-             launch(a, 1, b, hostfile, run_dir, server, 29612, "trainer.iterations=4", resume=True)]
-    deadline = time.monotonic() + 300
+    procs = [launch(b, 0, b, hostfile, run_dir, server, 29611, "trainer.iterations=3"),
+             launch(a, 1, b, hostfile, run_dir, server, 29611, "trainer.iterations=3")]
+    deadline = time.monotonic() + 400
     rank1 = None
     while time.monotonic() < deadline and rank1 is None:
         assert all(p.poll() is None for p, _ in procs), "\n".join(tail(o, 40) for _, o in procs)
-        if metrics_of(run_dir)[-1]["iteration"] == 3:  # checkpoint 3 is complete, iteration 4 is running
+        # iteration 2's metrics line is written after its checkpoint: checkpoint 2 is complete, 3 is running
+        if (run_dir / "metrics.jsonl").is_file() and metrics_of(run_dir)[-1]["iteration"] == 2:
             pids = subprocess.run(["pgrep", "-f", "gigpo.cli train"], capture_output=True, text=True).stdout.split()
             rank1 = _rank_process(pids, a.name)
         time.sleep(0.2)
     assert rank1 is not None, "iteration 3 never began"
     os.kill(rank1, signal.SIGKILL)
     killed_at = time.monotonic()
-    log(f"# SIGKILL rank 1 (pid {rank1}) on host A")
+    log(f"# SIGKILL rank 1 (pid {rank1}) on host A, {killed_at - start:.0f} s after the launch")
     codes = wait_all([p for p, _ in procs], timeout=120)
     stopped_in = time.monotonic() - killed_at
     for (_, out), code in zip(procs, codes):
@@ -205,29 +191,37 @@ def test_two_hosts_train_checkpoint_survive_a_killed_rank_and_resume(hosts, serv
     assert f"gigpo: rank 0 lost the connection to another rank at {a.address}" in b_out, b_out[-3000:]
     assert "--resume" in b_out
     assert stopped_in < 60
+    rows = [r for r in metrics_of(run_dir) if "time/iteration" in r]  # training rows (iteration 0: the first eval)
+    assert [r["iteration"] for r in rows] == [1, 2] and all(r["rollout/env_steps_total"] > 0 for r in rows)
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir() if (p / "meta.json").is_file())
+    assert checkpoints == ["1", "2"], checkpoints
+    version = _server_version(b, server)  # asked from host B, as the trainer does
+    assert version >= 2, f"the server on host A holds weight version {version}, not iteration 2's"
+    log(f"# complete checkpoints {checkpoints}; the server on host A holds weight version {version} "
+        "(synced by broadcast after each iteration)")
 
-    log(f"# phase 2 took {time.monotonic() - start:.0f} s")
-    log("# 3) resume from the last complete checkpoint on both hosts")
+    log("# 2) resume from the last complete checkpoint on both hosts")
     start = time.monotonic()
-    last = max(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
-    procs = [launch(b, 0, b, hostfile, run_dir, server, 29613, "trainer.iterations=4", resume=True),
-             launch(a, 1, b, hostfile, run_dir, server, 29613, "trainer.iterations=4", resume=True)]
+    procs = [launch(b, 0, b, hostfile, run_dir, server, 29612, "trainer.iterations=3", resume=True),
+             launch(a, 1, b, hostfile, run_dir, server, 29612, "trainer.iterations=3", resume=True)]
     codes = wait_all([p for p, _ in procs], timeout=400)
     for (_, out), code in zip(procs, codes):
         log(f"[exit {code}] {out.name}:\n{tail(out)}")
     assert codes == [0, 0], "\n".join(tail(o, 60) for _, o in procs)
     rows = metrics_of(run_dir)
-    assert rows[-1]["iteration"] == 4 and (run_dir / "checkpoints" / "4" / "meta.json").is_file()
-    log(f"# resumed from checkpoint {last}; metrics iterations: {[r['iteration'] for r in rows]}; {time.monotonic() - start:.0f} s")
+    assert rows[-1]["iteration"] == 3 and (run_dir / "checkpoints" / "3" / "meta.json").is_file()
+    assert _server_version(b, server) == 3
+    log(f"# resumed from checkpoint 2, finished iteration 3 in {time.monotonic() - start:.0f} s; the server holds "
+        f"version 3; metrics iterations: {[r['iteration'] for r in rows]}")
     if os.environ.get("MULTINODE_LOG"):
         Path(os.environ["MULTINODE_LOG"]).write_text("\n".join(LOG) + "\n")
 
 
-def _progress(run_dir: Path) -> str:
-    """'iteration N' once iteration N-1's metrics line is written (so N has begun)."""
-    if not (run_dir / "metrics.jsonl").exists():
-        return ""
-    return f"iteration {metrics_of(run_dir)[-1]['iteration'] + 1}"
+def _server_version(host: Host, url: str) -> int:
+    out = subprocess.run(host.prefix() + [sys.executable, "-c", f"import requests; print(requests.get('{url}/version', "
+                                          "timeout=5).json()['version'])"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return int(out.stdout.strip())
 
 
 def _rank_process(pids: list[str], namespace: str) -> int | None:
