@@ -50,6 +50,8 @@ def open_group(address: str, port: int, rank: int, world_size: int, backend: str
     """
     import torch.distributed as dist
 
+    if backend not in ("nccl", "gloo"):
+        raise ValueError(f"weight-sync group backend {backend!r}: use nccl or gloo")
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.TCPStore(address, port, world_size, is_master=rank == 0, timeout=timeout,
                           wait_for_workers=False)
@@ -62,8 +64,6 @@ def open_group(address: str, port: int, rank: int, world_size: int, backend: str
     options._timeout = timeout
     here = address if rank == 0 else local_address_towards(address)
     options._devices = [dist.ProcessGroupGloo.create_device(hostname=here)]
-    if backend != "gloo":
-        raise ValueError(f"weight-sync group backend {backend!r}: use nccl or gloo")
     return dist.ProcessGroupGloo(store, rank, world_size, options)
 
 
