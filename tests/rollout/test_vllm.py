@@ -81,7 +81,7 @@ def test_per_request_seed_is_independent_of_batching(vllm_generator):
 
 @pytest.mark.parametrize("bound", ["largest", "mean"])
 @pytest.mark.parametrize("fault", ["fault_skip_prefix_reset", "fault_skip_lm_head"])
-def test_verification_catches_a_broken_sync(vllm_generator, trained, fault, bound):
+def test_verification_catches_a_broken_sync(vllm_generator, trained, fault, bound, tiny_model_dir):
     """Either bound alone catches each fault: the largest gap (fp32's test) and the mean one (bf16's)."""
     model, _ = trained
     bounds = dict(atol=2e-3, mean_atol=math.inf) if bound == "largest" else dict(atol=math.inf, mean_atol=2e-3)
@@ -95,8 +95,8 @@ def test_verification_catches_a_broken_sync(vllm_generator, trained, fault, boun
         assert "largest log-prob difference" in str(exc)
     else:  # no mismatch: only right if this vLLM did not need the skipped step
         assert fault == "fault_skip_lm_head", "a sync that kept stale prefix-cache KV passed verification"
-        hf = trained[1]
-        hf.update_weights(model.named_parameters(), vllm_generator.version)
+        hf = HFGenerator(str(tiny_model_dir), dtype="fp32")  # its own: the shared one's version must not move
+        hf.update_weights(model.named_parameters(), 1)
         prompts = sample_prompts(6, seed=13)
         assert [c.token_ids for c in vllm_generator.generate(prompts, GREEDY)] == \
             [c.token_ids for c in hf.generate(prompts, GREEDY)]
