@@ -103,7 +103,7 @@ def shape_from_config(config: dict[str, Any]) -> Shape:
 def model_shape(model: Any) -> tuple[Shape, str]:
     """The shape of the recipe's model and where it came from, without loading any weight."""
     if model.init:
-        from gigpo.local_model import PRESETS
+        from gigpo.models.local import PRESETS
 
         if model.init not in PRESETS:
             raise PlanError(f"model.init={model.init!r} is no preset; choose one of {', '.join(PRESETS)}")
@@ -123,7 +123,7 @@ def model_shape(model: Any) -> tuple[Shape, str]:
 
 def _config_candidates(path: str) -> list[Path]:
     out = [Path(path) / "config.json"]
-    from gigpo.pretrained import PINNED, pinned_model_dir
+    from gigpo.models.pretrained import PINNED, pinned_model_dir
 
     if path in PINNED:
         out.append(pinned_model_dir(path) / "config.json")

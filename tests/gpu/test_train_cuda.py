@@ -8,7 +8,7 @@ import math
 import pytest
 
 from gpu_marks import requires_cuda
-from run_helpers import metrics_of, train
+from support.run import metrics_of, train
 
 pytestmark = requires_cuda
 

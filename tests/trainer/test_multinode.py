@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from run_helpers import REPO, SMALL, clean_env, metrics_of
+from support.run import REPO, SMALL, clean_env, metrics_of
 
 SUBNET = "10.77.{}.{}"
 TOKEN = "multinode-test-token"
