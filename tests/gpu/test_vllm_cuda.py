@@ -9,7 +9,8 @@ import torch
 from gpu_marks import requires_cuda, requires_gpus
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.server_client import ServerGenerator
-from rollout.conftest import GREEDY, load_trainer_model, perturb, sample_prompts
+from rollout.conftest import GREEDY, sample_prompts
+from support.models import load_trainer_model, perturb
 # The CPU tests themselves, collected again here with this module's CUDA skip:
 from rollout.test_lora_sync import actor, test_vllm_backend_sync  # noqa: F401
 from rollout.test_vllm import (trained, test_broadcast_sync_makes_greedy_equal_to_hf,  # noqa: F401
