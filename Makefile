@@ -10,7 +10,7 @@ EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 RECIPE ?= recipes/sokoban_tiny.yaml
 ARGS ?=
 
-.PHONY: install train test bench check-cpu-kernels clean-venv browser
+.PHONY: install train test bench check-cpu-kernels clean-venv browser test-vllm026
 
 install: $(STAMP)
 
@@ -34,6 +34,10 @@ train: install
 	$(VENV)/bin/gigpo train $(RECIPE) $(ARGS)
 
 test: install browser
+	@# tests/trainer/test_multinode.py makes network namespaces with iproute2's `ip` (skips without it or root)
+	@command -v ip >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+		&& (apt-get install -y -qq iproute2 >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq iproute2)) \
+		>/dev/null 2>&1; } || true
 	$(PY) -m pytest -q tests $(ARGS)
 
 # The viewer's browser test drives Debian's Chromium through Playwright. Install it once when missing; where
@@ -55,3 +59,7 @@ bench: install
 
 clean-venv:
 	rm -rf $(VENV)
+
+# vLLM's oldest supported release (0.26) in a side venv; minutes of install, so not part of `make test`.
+test-vllm026:
+	bash scripts/test_vllm026.sh $(ARGS)

@@ -23,6 +23,19 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from gigpo.plan import PlanError, plan_for, render
+
+    config = load_config(args.recipe, args.overrides)
+    try:
+        plan = plan_for(config, on_gpu=False if args.cpu else (True if args.gpu_gib else None), gpu_gib=args.gpu_gib)
+    except PlanError as exc:
+        print(f"gigpo: {exc}", file=sys.stderr)
+        return 2
+    print(render(plan, config), end="")
+    return 0
+
+
 def _cmd_model_init(args: argparse.Namespace) -> int:
     from gigpo.models.local import build_local_model
 
@@ -78,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe", help="recipe YAML file")
     p.add_argument("overrides", nargs="*", metavar="section.key=value")
     p.set_defaults(func=_cmd_config)
+
+    p = sub.add_parser("plan", help="per-rank GPU memory, host RAM and env-worker CPUs a recipe needs (loads nothing)")
+    p.add_argument("recipe", help="recipe YAML file")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value")
+    p.add_argument("--gpu-gib", type=float, default=None,
+                   help="plan for GPUs of this many GiB (default: this machine's GPU, else 80)")
+    p.add_argument("--cpu", action="store_true", help="plan for training on CPUs (everything in host RAM)")
+    p.set_defaults(func=_cmd_plan)
 
     model = sub.add_parser("model", help="build local models, fetch or convert pretrained ones (no model hub needed)")
     model_sub = model.add_subparsers(dest="model_command", metavar="SUBCOMMAND", required=True)

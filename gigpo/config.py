@@ -100,8 +100,8 @@ class RolloutConfig(Section):
     verify_sync: bool = False
     """After every weight sync, compare generator and trainer log-probs on a probe sequence."""
     weight_sync: Literal["shm", "nccl"] = "shm"
-    """How weights reach vLLM: a safetensors file in /dev/shm (one machine, CPU or GPU) or an NCCL
-    broadcast (GPU only; written against vLLM's weight-transfer API, not run on CPU machines)."""
+    """How weights reach vLLM: a safetensors file in /dev/shm (one machine) or a broadcast from the trainer
+    into the engine's workers (NCCL to other GPUs or hosts, gloo on CPUs or a shared GPU; docs/generation.md)."""
     server_urls: list[str] = Field(default_factory=list)
     """vllm-server: connect to these servers instead of starting our own."""
     num_servers: int = Field(1, ge=1)

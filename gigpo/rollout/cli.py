@@ -45,5 +45,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--enforce-eager", action="store_true", default=defaults.enforce_eager,
                    help="skip torch.compile (faster start, slower generation)")
     p.add_argument("--weight-sync", default=defaults.weight_sync, choices=["shm", "nccl"],
-                   help="shm: trainer posts a /dev/shm safetensors path; nccl: GPU broadcast (not run on CPU)")
+                   help="shm: trainer posts a /dev/shm safetensors path; nccl: trainer broadcasts (NCCL or gloo)")
     p.set_defaults(func=_cmd_serve)

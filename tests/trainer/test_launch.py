@@ -74,3 +74,14 @@ def test_relaunch_runs_the_cli_module_as_ranks(tmp_path, monkeypatch, capfd):
     assert relaunch_if_needed(["config", str(recipe), "trainer.lr=3.5e-7"], nprocs=2) == 0
     out = capfd.readouterr().out
     assert out.count("lr: 3.5e-07") == 2  # each rank printed the resolved recipe
+
+
+def test_a_lost_rank_is_explained_and_other_errors_are_not():
+    from gigpo.trainer.distributed import lost_rank_message
+
+    gloo = RuntimeError("[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.77.1.1]:14737. "
+                        "This is typically caused by a remote worker crashing.")
+    message = lost_rank_message(gloo)
+    assert message is not None and "lost the connection to another rank at 10.77.1.1" in message
+    assert "--resume" in message and "Connection closed by peer" in message
+    assert lost_rank_message(RuntimeError("CUDA out of memory")) is None
