@@ -53,7 +53,9 @@ def normalise_in_groups(x: np.ndarray, ids: np.ndarray, n_ids: int, norm: str) -
     if norm == "std":
         var = np.bincount(ids, weights=out * out, minlength=n_ids) / np.maximum(count - 1, 1)
         out /= np.sqrt(var)[ids] + STD_EPS
-    out[count[ids] < 2] = 0.0
+    # equal values carry no signal: exactly 0, not the mean's rounding error divided by 1e-6 (about 1e-11)
+    uniform = group_spread(x, ids, n_ids) == 0.0
+    out[(count[ids] < 2) | uniform[ids]] = 0.0
     return out
 
 

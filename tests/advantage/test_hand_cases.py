@@ -109,3 +109,14 @@ def test_empty_batch_gives_empty_result(estimator):
     rows = StepRows(group=[], traj=[], step=[], reward=[], anchor=[], value=[])
     out = run(estimator, rows)
     assert out.advantage.shape == (0,) and out.step_group_size.shape == (0,)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gigpo"])
+@pytest.mark.parametrize("episode_stats", ["trajectory", "steps"])
+def test_equal_returns_that_do_not_sum_exactly_give_exactly_zero(estimator, episode_stats):
+    # -0.1 per step over 3 steps: the group mean is -0.30000000000000004, and the rounding left after
+    # subtracting it, divided by std + 1e-6, used to come out near 1e-11 instead of 0
+    rows = StepRows(group=[0] * 9, traj=[0, 0, 0, 1, 1, 1, 2, 2, 2], step=[0, 1, 2] * 3, reward=[-0.1] * 9,
+                    anchor=[1, 2, 3, 1, 2, 3, 1, 2, 3])
+    out = run(estimator, rows, episode_stats=episode_stats)
+    assert np.all(out.advantage == 0.0) and np.all(out.episode_advantage == 0.0) and np.all(out.step_advantage == 0.0)
