@@ -34,8 +34,9 @@ def sample_prompts(count: int = 6, seed: int = 0, vocab: int = 1000) -> list[lis
 
 @pytest.fixture(scope="session")
 def vllm_generator(tiny_model_dir):
+    from gigpo.rollout.engine_settings import EngineSettings
     from gigpo.rollout.vllm_backend import VLLMGenerator
 
-    gen = VLLMGenerator(str(tiny_model_dir), dtype="fp32", max_num_seqs=32, enforce_eager=True)
+    gen = VLLMGenerator(str(tiny_model_dir), EngineSettings(dtype="fp32", max_num_seqs=32, enforce_eager=True))
     yield gen
     gen.close()

@@ -11,7 +11,9 @@ import requests
 
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.server import check_exposure
-from gigpo.rollout.server_client import ServerError, ServerGenerator, free_port
+from gigpo.ports import free_port
+from gigpo.rollout.engine_settings import EngineSettings
+from gigpo.rollout.server_client import ServerError, ServerGenerator
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import SyncVerifier
 
@@ -22,8 +24,8 @@ TOKEN = "test-token"
 
 @pytest.fixture(scope="module")
 def served(tiny_model_dir, tmp_path_factory):
-    gen = ServerGenerator(str(tiny_model_dir), num_servers=1, token=TOKEN, log_dir=str(tmp_path_factory.mktemp("serve")),
-                          engine_args=dict(dtype="fp32", max_num_seqs=32, enforce_eager=True))
+    gen = ServerGenerator(str(tiny_model_dir), EngineSettings(dtype="fp32", max_num_seqs=32, enforce_eager=True),
+                          num_servers=1, token=TOKEN, log_dir=str(tmp_path_factory.mktemp("serve")))
     yield gen
     gen.close()
 
