@@ -6,9 +6,11 @@ from typing import Iterable, Optional
 
 from gigpo.config import RolloutConfig
 from gigpo.rollout.engine_settings import EngineSettings
-from gigpo.rollout.generator import Generator
+from gigpo.rollout.generator import Generator, Turns
 
 BACKENDS = ("hf", "vllm", "vllm-server")
+AUTO_TURNS: dict[str, Turns] = {"hf": "batched", "vllm": "batched", "vllm-server": "batched"}
+"""What rollout.turns=auto means per backend: hf has no async path; for vLLM, see docs/generation.md."""
 _DEFAULTS = RolloutConfig()
 
 
@@ -35,7 +37,10 @@ def make_generator(backend: str, model_path: str, engine: EngineSettings = Engin
 
 
 def generator_from_config(rollout: RolloutConfig, model_path: str, dtype: str, seed: int = 0) -> Generator:
-    """The generator of a recipe's rollout section (`dtype`: model.dtype, `seed`: trainer.seed)."""
-    return make_generator(rollout.backend, model_path, EngineSettings.from_config(rollout, dtype, seed),
-                          server_urls=rollout.server_urls, num_servers=rollout.num_servers,
-                          request_timeout_s=rollout.request_timeout_s)
+    """The generator of a recipe's rollout section (`dtype`: model.dtype, `seed`: trainer.seed), with the
+    rollout's `turns` resolved."""
+    generator = make_generator(rollout.backend, model_path, EngineSettings.from_config(rollout, dtype, seed),
+                               server_urls=rollout.server_urls, num_servers=rollout.num_servers,
+                               request_timeout_s=rollout.request_timeout_s)
+    generator.turns = AUTO_TURNS[rollout.backend] if rollout.turns == "auto" else rollout.turns
+    return generator

@@ -71,9 +71,9 @@ class RequestStream:
                 with self._lock:
                     for prompt_ids, params, lora_request, done in new:
                         params.output_kind = RequestOutputKind.FINAL_ONLY  # one answer per request, at its end
+                        rid = f"gigpo-stream-{next(self._ids)}"  # outputs carry this id (vLLM keeps its own inside)
                         try:
-                            rid = engine.add_request(f"gigpo-stream-{next(self._ids)}",
-                                                     {"prompt_token_ids": prompt_ids}, params, lora_request=lora_request)
+                            engine.add_request(rid, {"prompt_token_ids": prompt_ids}, params, lora_request=lora_request)
                         except (ValueError, TypeError) as exc:  # this request's fault (too long, bad ids)
                             done(exc)
                             continue
