@@ -9,8 +9,10 @@ from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.generator import Generator, Turns
 
 BACKENDS = ("hf", "vllm", "vllm-server")
-AUTO_TURNS: dict[str, Turns] = {"hf": "batched", "vllm": "batched", "vllm-server": "batched"}
-"""What rollout.turns=auto means per backend: hf has no async path; for vLLM, see docs/generation.md."""
+AUTO_TURNS: dict[str, Turns] = {"hf": "batched", "vllm": "async", "vllm-server": "batched"}
+"""What rollout.turns=auto means per backend, as measured (docs/benchmarks.md): hf has no async path; the
+in-process engine was faster async even on a CPU-bound env; the server was slower async there (a request
+per prompt), so it stays batched unless rollout.turns=async (worth it for slow envs: 2.1x at 200 ms steps)."""
 _DEFAULTS = RolloutConfig()
 
 

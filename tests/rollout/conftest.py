@@ -40,3 +40,24 @@ def vllm_generator(tiny_model_dir):
     gen = VLLMGenerator(str(tiny_model_dir), EngineSettings(dtype="fp32", max_num_seqs=32, enforce_eager=True))
     yield gen
     gen.close()
+
+
+def submit_and_wait(generator, prompts: list[list[int]], settings: SamplingSettings, timeout_s: float = 120.0):
+    """Submit every prompt at once (prompt i seeded `seed + i`, as `generate` seeds a batch); their completions
+    in prompt order, prompt_index set, once all have come back."""
+    import queue
+    from dataclasses import replace
+
+    answers: "queue.Queue" = queue.Queue()
+    for i, prompt in enumerate(prompts):
+        seeded = settings if settings.seed is None else replace(settings, seed=settings.seed + i)
+        generator.submit(prompt, seeded, lambda answer, i=i: answers.put((i, answer)))
+    got = dict(answers.get(timeout=timeout_s) for _ in prompts)
+    out = []
+    for i in range(len(prompts)):
+        if isinstance(got[i], BaseException):
+            raise got[i]
+        for c in got[i]:
+            c.prompt_index = i
+            out.append(c)
+    return out

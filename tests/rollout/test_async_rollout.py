@@ -22,14 +22,18 @@ gigpo.envs.register_env(COUNTER_ID, CounterEnv)
 
 @pytest.fixture(scope="module")
 def sokoban(tiny_model_dir):
-    """A real Sokoban pool and prompt builder as the trainer builds them, with the tiny model's tokenizer."""
+    """A real Sokoban pool and prompt builder with sokoban_tiny's settings and the tiny model's tokenizer."""
     from transformers import AutoTokenizer
 
-    from gigpo.trainer.loop import build_pool, build_prompt_fn
+    from gigpo.envs.prompt import PromptBuilder
 
-    config = load_config("recipes/sokoban_tiny.yaml", ["env.max_steps=3", "env.workers=2"])
-    with build_pool(config) as pool:
-        yield config, pool, build_prompt_fn(config, AutoTokenizer.from_pretrained(tiny_model_dir))
+    config = load_config("recipes/sokoban_tiny.yaml", ["env.max_steps=3"])
+    e = config.env
+    builder = PromptBuilder(AutoTokenizer.from_pretrained(tiny_model_dir), e.max_steps, e.history_length,
+                            e.prompt_template, system=e.system_prompt)
+    with EnvPool(e.id, env_kwargs={"invalid_action_penalty": e.invalid_action_penalty, **e.kwargs},
+                 max_steps=e.max_steps, workers=2) as pool:
+        yield config, pool, builder.batch_token_ids
 
 
 def _play(sokoban, generator, turns, settings, seeds=(3, 4), group_size=3):
