@@ -84,6 +84,9 @@ class VLLMGenerator(Generator):
 
     def generate(self, prompts: list[list[int]], settings: SamplingSettings) -> list[Completion]:
         check_prompts(prompts, self.vocab_size)
+        if self._stream.in_flight:  # vLLM's batch call would collect the submitted requests' outputs too
+            raise RuntimeError(f"generate called with {self._stream.in_flight} submitted requests still running; "
+                               "one caller drives a generator: wait for them first")
         with self.lock:
             outputs = self.llm.generate([{"prompt_token_ids": list(map(int, p))} for p in prompts],
                                         sampling_params(settings, len(prompts)), use_tqdm=False,

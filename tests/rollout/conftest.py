@@ -42,6 +42,14 @@ def vllm_generator(tiny_model_dir):
     gen.close()
 
 
+def assert_submitted_like_a_batch(generator, prompts: list[list[int]], settings: SamplingSettings) -> None:
+    """Prompts submitted one by one, all at once (as an async rollout does), sample what one batched call does."""
+    batch = generator.generate(prompts, settings)
+    streamed = submit_and_wait(generator, prompts, settings)
+    assert [(c.prompt_index, c.token_ids) for c in streamed] == [(c.prompt_index, c.token_ids) for c in batch]
+    assert {c.weight_version for c in streamed} == {generator.version}
+
+
 def submit_and_wait(generator, prompts: list[list[int]], settings: SamplingSettings, timeout_s: float = 120.0):
     """Submit every prompt at once (prompt i seeded `seed + i`, as `generate` seeds a batch); their completions
     in prompt order, prompt_index set, once all have come back."""

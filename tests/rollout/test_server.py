@@ -17,7 +17,7 @@ from gigpo.rollout.server_client import ServerError, ServerGenerator
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import SyncVerifier
 
-from .conftest import GREEDY, submit_and_wait, load_trainer_model, perturb, sample_prompts
+from .conftest import GREEDY, assert_submitted_like_a_batch, load_trainer_model, perturb, sample_prompts
 
 TOKEN = "test-token"
 
@@ -59,12 +59,8 @@ def test_server_sync_makes_greedy_equal_to_hf(served, trainer):
 def test_concurrent_one_prompt_requests_are_batched_by_the_server_and_sample_like_a_batch(served):
     """An async rollout posts one prompt per request, many at once; the server batches them continuously
     and, each request seeded on its own, they draw what one batched request draws."""
-    prompts = sample_prompts(10, seed=12)
-    settings = SamplingSettings(temperature=1.0, max_new_tokens=10, seed=21)
-    batch = served.generate(prompts, settings)
-    streamed = submit_and_wait(served, prompts, settings)
-    assert [(c.prompt_index, c.token_ids) for c in streamed] == [(c.prompt_index, c.token_ids) for c in batch]
-    assert {c.weight_version for c in streamed} == {served.version}
+    assert_submitted_like_a_batch(served, sample_prompts(10, seed=12),
+                                  SamplingSettings(temperature=1.0, max_new_tokens=10, seed=21))
 
 
 def test_weight_update_needs_the_token(served):

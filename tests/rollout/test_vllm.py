@@ -11,7 +11,7 @@ from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import SyncMismatchError, SyncVerifier, sync_weights, trainer_logprobs
 
-from .conftest import GREEDY, load_trainer_model, perturb, sample_prompts, submit_and_wait
+from .conftest import GREEDY, assert_submitted_like_a_batch, load_trainer_model, perturb, sample_prompts
 
 
 @pytest.fixture(scope="module")
@@ -62,11 +62,7 @@ def test_submitted_requests_sample_what_a_batch_does_and_block_a_sync_while_runn
     """Continuous batching (one request at a time, as an async rollout submits them) draws the same
     samples as one batched call, since each request carries its own seed."""
     prompts = sample_prompts(12, seed=4)
-    settings = SamplingSettings(temperature=1.0, max_new_tokens=12, seed=9)
-    batch = vllm_generator.generate(prompts, settings)
-    streamed = submit_and_wait(vllm_generator, prompts, settings)
-    assert [(c.prompt_index, c.token_ids) for c in streamed] == [(c.prompt_index, c.token_ids) for c in batch]
-    assert {c.weight_version for c in streamed} == {vllm_generator.version}
+    assert_submitted_like_a_batch(vllm_generator, prompts, SamplingSettings(temperature=1.0, max_new_tokens=12, seed=9))
     model, _ = trained
     pending = []
     vllm_generator.submit(prompts[0], SamplingSettings(temperature=1.0, max_new_tokens=64), pending.append)
