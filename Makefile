@@ -10,7 +10,7 @@ EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 RECIPE ?= recipes/sokoban_tiny.yaml
 ARGS ?=
 
-.PHONY: install train test bench clean-venv
+.PHONY: install train test bench check-cpu-kernels clean-venv browser test-vllm026
 
 install: $(STAMP)
 
@@ -33,11 +33,33 @@ endif
 train: install
 	$(VENV)/bin/gigpo train $(RECIPE) $(ARGS)
 
-test: install
+test: install browser
+	@# tests/trainer/test_multinode.py makes network namespaces with iproute2's `ip` (skips without it or root)
+	@command -v ip >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+		&& (apt-get install -y -qq iproute2 >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq iproute2)) \
+		>/dev/null 2>&1; } || true
 	$(PY) -m pytest -q tests $(ARGS)
+
+# The viewer's browser test drives Debian's Chromium through Playwright. Install it once when missing; where
+# that cannot be done (not root, no apt-get, no network) make goes on and that test skips, saying why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium for the viewer's browser test"; \
+	    apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && \
+	      apt-get install -y -q chromium >/dev/null 2>&1; } || echo "could not install chromium: the browser test will skip"; \
+	  else echo "chromium is missing and cannot be installed here (needs root and apt-get): the browser test will skip"; fi; }
+
+# the numerical tests under each CPU kernel family (default, avx2, avx512): docs/results/cpu_kernels.log
+check-cpu-kernels: install
+	PY=$(PY) scripts/check_cpu_kernels.sh $(ARGS)
 
 bench: install
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
 
 clean-venv:
 	rm -rf $(VENV)
+
+# vLLM's oldest supported release (0.26) in a side venv; minutes of install, so not part of `make test`.
+test-vllm026:
+	bash scripts/test_vllm026.sh $(ARGS)

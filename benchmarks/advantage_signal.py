@@ -17,7 +17,8 @@ import numpy as np
 
 from gigpo.advantage.estimators import compute_advantages
 from gigpo.config import load_config
-from gigpo.envs.sokoban import MOVES, Room, State
+from gigpo.envs.grid import MOVES
+from gigpo.envs.sokoban import Room, State
 
 _ACTION = re.compile(r"<action>(\w+)</action>")
 

@@ -44,7 +44,7 @@ def main() -> None:
 
     from gigpo.envs.pool import EnvPool
     from gigpo.envs.prompt import PromptBuilder
-    from gigpo.local_model import resolve_model_path
+    from gigpo.models.resolve import resolve_model_path
     from gigpo.rollout.collect import rollout
     from gigpo.rollout.engine_settings import EngineSettings
     from gigpo.rollout.factory import make_generator

@@ -96,7 +96,7 @@ def main() -> None:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{args.threads - 1}"
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from gigpo.local_model import cached_local_model
+    from gigpo.models.local import cached_local_model
     from gigpo.rollout.types import SamplingSettings
 
     rows = []

@@ -59,7 +59,7 @@ def settings(args, lora: bool):
 def model_dir(args) -> str:
     if args.model_dir:
         return args.model_dir
-    from gigpo.local_model import cached_local_model
+    from gigpo.models.local import cached_local_model
 
     return str(cached_local_model(args.preset))
 

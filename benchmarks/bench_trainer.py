@@ -23,7 +23,7 @@ import time
 import torch
 
 from gigpo.config import build_config
-from gigpo.local_model import cached_local_model
+from gigpo.models.local import cached_local_model
 from gigpo.trainer.batching import TrainSample
 from gigpo.trainer.distributed import shutdown_distributed
 from gigpo.trainer.engines import ActorEngine, settings_from_config

@@ -20,7 +20,7 @@ import time
 import torch
 
 from gigpo.config import load_config
-from gigpo.local_model import resolve_model_path
+from gigpo.models.resolve import resolve_model_path
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.types import SamplingSettings
 from gigpo.trainer.batching import TrainSample

@@ -18,8 +18,8 @@ import math
 import torch
 from transformers import AutoModelForCausalLM
 
-from gigpo.local_model import resolve_model_path
 from gigpo.dtypes import torch_dtype
+from gigpo.models.resolve import resolve_model_path
 from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.factory import make_generator
 from gigpo.rollout.verify import SyncVerifier, default_tolerance

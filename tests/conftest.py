@@ -16,6 +16,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """A tiny Qwen2 model and tokenizer built locally (cached by config hash across runs)."""
-    from gigpo.local_model import cached_local_model
+    from gigpo.models.local import cached_local_model
 
     return cached_local_model("tiny")

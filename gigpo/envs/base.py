@@ -12,6 +12,7 @@ trainer only ever sees Gymnasium's API: `reset(seed=) -> (obs, info)` and
     action              the parsed action that was applied (None when invalid or after reset)
 
 An invalid action does not advance the environment; the step reward is `-invalid_action_penalty`.
+An action that is not text at all (None, a number, bytes, a list) is invalid in the same way.
 Subclasses implement `_reset` and `_step` over already-validated actions.
 """
 from __future__ import annotations
@@ -131,6 +132,9 @@ class AgentEnv(gym.Env):
         return self._observation, self._info(True, "", None, extra)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if not isinstance(action, str):  # a caller's bug, yet the episode goes on as for any unparsable answer
+            reason = f"the action must be text (str), not {type(action).__name__}"
+            return self._observation, -self.invalid_action_penalty, False, False, self._info(False, reason, None, {})
         if isinstance(action, UnfinishedResponse):
             parsed, reason = None, "the answer did not end within rollout.max_new_tokens"
         else:

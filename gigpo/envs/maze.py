@@ -26,14 +26,12 @@ Version history
 """
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from gigpo.envs.base import AgentEnv
-from gigpo.envs.sokoban import ACTIONS, MOVES, Cell, _add, _pair
+from gigpo.envs.grid import ACTIONS, MOVES, Cell, GridEnv, flood, pair, shift, shortest_plan
 
 SYMBOLS = "# wall, _ floor, P player, G goal, K key, D closed door"
 
@@ -58,7 +56,7 @@ class Layout:
 
     def move(self, state: MazeState, action: str) -> MazeState:
         """The state after one move (unchanged when blocked)."""
-        ahead = _add(state.player, MOVES[action])
+        ahead = shift(state.player, MOVES[action])
         if ahead not in self.open_cells:
             return state
         if ahead == self.door and not state.door_open:
@@ -69,29 +67,12 @@ class Layout:
             return MazeState(ahead, True, True, state.door_open)
         return MazeState(ahead, state.has_key, state.key_taken, state.door_open)
 
+    def successors(self, state: MazeState) -> Iterator[tuple[str, MazeState]]:
+        return ((action, self.move(state, action)) for action in ACTIONS)
+
     def solve(self, state: MazeState) -> Optional[list[str]]:
         """A shortest list of moves from `state` to the goal, or None if there is none."""
-        if state.player == self.goal:
-            return []
-        parent: dict[MazeState, tuple[MazeState, str]] = {}
-        seen = {state}
-        frontier = deque([state])
-        while frontier:
-            current = frontier.popleft()
-            for action in ACTIONS:
-                nxt = self.move(current, action)
-                if nxt in seen:
-                    continue
-                seen.add(nxt)
-                parent[nxt] = (current, action)
-                if nxt.player == self.goal:
-                    plan = []
-                    while nxt != state:
-                        nxt, move = parent[nxt]
-                        plan.append(move)
-                    return plan[::-1]
-                frontier.append(nxt)
-        return None
+        return shortest_plan(state, self.successors, lambda s: s.player == self.goal)
 
     def render(self, state: MazeState) -> str:
         rows = []
@@ -138,15 +119,7 @@ def carve(rng: np.random.Generator, size: int, loops: int) -> set[Cell]:
 
 
 def _reachable(open_cells: set[Cell], start: Cell, blocked: Optional[Cell] = None) -> set[Cell]:
-    seen, todo = {start}, [start]
-    while todo:
-        cell = todo.pop()
-        for move in MOVES.values():
-            nxt = _add(cell, move)
-            if nxt in open_cells and nxt != blocked and nxt not in seen:
-                seen.add(nxt)
-                todo.append(nxt)
-    return seen
+    return flood(start, lambda cell: cell in open_cells and cell != blocked)
 
 
 def generate_maze(rng: np.random.Generator, size: int, loops: int, doors: int, solution_length: tuple[int, int],
@@ -162,7 +135,7 @@ def generate_maze(rng: np.random.Generator, size: int, loops: int, doors: int, s
             plan = Layout(size, frozenset(open_cells), goal).solve(MazeState(start, False, False, False)) or []
             path, cell = [], start
             for action in plan:
-                cell = _add(cell, MOVES[action])
+                cell = shift(cell, MOVES[action])
                 path.append(cell)
             cuts = [c for c in path[:-1] if (c[0] + c[1]) % 2 == 1 and goal not in _reachable(open_cells, start, c)]
             if not cuts:
@@ -181,7 +154,7 @@ def generate_maze(rng: np.random.Generator, size: int, loops: int, doors: int, s
                        f"after {max_tries} tries; widen solution_length or change size")
 
 
-class MazeEnv(AgentEnv):
+class MazeEnv(GridEnv):
     """Text maze with an optional key and door, and an optimal expert (see the module docstring)."""
 
     def __init__(self, size: int = 7, loops: int = 2, doors: int = 1, solution_length: Any = (8, 24),
@@ -195,7 +168,7 @@ class MazeEnv(AgentEnv):
         if doors not in (0, 1):
             raise ValueError(f"doors={doors} must be 0 or 1")
         self.size, self.loops, self.doors = size, loops, doors
-        self.solution_length = _pair("solution_length", solution_length)
+        self.solution_length = pair("solution_length", solution_length)
         self.step_penalty, self.goal_reward = float(step_penalty), float(goal_reward)
         self.task = ("Walk to the goal G." + (" The door D is locked: first pick up the key K by walking onto it, "
                                                "then walk through the door." if doors else "")
@@ -216,11 +189,7 @@ class MazeEnv(AgentEnv):
         reward = -self.step_penalty + (self.goal_reward if solved else 0.0)
         return self.layout.render(self.state), reward, solved, {}
 
-    def admissible_actions(self) -> list[str]:
-        return list(ACTIONS)
-
-    def expert_action(self) -> Optional[str]:
-        """First move of a shortest solution from here (every maze stays solvable: None only at the goal)."""
+    def plan(self) -> Optional[list[str]]:
+        """A shortest solution from here (every maze stays solvable: empty only at the goal)."""
         assert self.layout is not None and self.state is not None, "call reset() first"
-        plan = self.layout.solve(self.state)
-        return plan[0] if plan else None
+        return self.layout.solve(self.state)

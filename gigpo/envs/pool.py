@@ -121,7 +121,9 @@ def _worker_main(conn: Connection, spec: gym.envs.registration.EnvSpec, env_kwar
                  max_steps: Optional[int], current: Any, started_at: Any) -> None:
     """Serve batches of operations until told to stop. `current`/`started_at` let the parent time steps."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes us
-    import gigpo.envs  # noqa: F401  (registers the built-in envs in this fresh interpreter)
+    from gigpo.envs.registry import register_builtin_envs
+
+    register_builtin_envs()  # in this fresh interpreter
 
     envs: dict[int, gym.Env] = {}
 

@@ -10,6 +10,10 @@ with these fields:
 The template comes from the recipe (`env.prompt_template`) if set, else from the env's
 `prompt_template` attribute, else `DEFAULT_TEMPLATE`. Prompts are short on purpose: on CPU, and for
 small models, every token counts.
+
+The messages then go through the tokenizer's chat template, or the one `chat_template` names
+(gigpo.models.chat_template), or, with `chat_template="none"` for a base model, are written as plain text:
+the system prompt and a blank line (when there is one), the user message, a newline.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import string
 from typing import Any, Optional, Sequence
 
 from gigpo.envs.pool import EpisodeView
+from gigpo.models.chat_template import PLAIN_TEXT, fix_hint, load_template
 
 PROMPT_CACHE_SIZE = 200_000
 """Distinct prompts kept tokenised; the cache starts over when full."""
@@ -57,12 +62,14 @@ def render_prompt(template: str, task: str, step: int, max_steps: int, observati
                            admissible_actions=actions, action_format=action_format)
 
 
-def accepts_system_role(tokenizer: Any) -> bool:
-    """Whether the chat template renders a system message (Gemma's, for one, raises on it)."""
+def accepts_system_role(tokenizer: Any, chat_template: Optional[str] = None) -> bool:
+    """Whether the chat template (the tokenizer's, or the Jinja text given) renders a system message
+    (Gemma's own, for one, raises on it)."""
     marker = "gigpo-system-probe"
     probe = [{"role": "system", "content": marker}, {"role": "user", "content": "hello"}]
     try:
-        text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True,
+                                             chat_template=chat_template)
     except Exception:  # jinja2's TemplateError from the template's raise_exception, or a KeyError
         return False
     return marker in text  # some templates drop a system message without a word
@@ -75,19 +82,25 @@ class PromptBuilder:
     template inserts "You are a helpful AI assistant named SmolLM..."; Qwen's and the local models'
     insert nothing). A string is sent as the system message, or, when the template has no system
     role, put above the user message.
+
+    `chat_template`: None uses the tokenizer's; a name or Jinja file (gigpo.models.chat_template) replaces
+    it; "none" writes plain text for a base model (see the module docstring).
     """
 
     def __init__(self, tokenizer: Any, max_steps: int, history_length: int = 2, template: Optional[str] = None,
-                 system: Optional[str] = None) -> None:
+                 system: Optional[str] = None, chat_template: Optional[str] = None) -> None:
         if history_length < 0:
             raise ValueError(f"history_length={history_length} must be at least 0")
-        if getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError("the tokenizer has no chat template; use an instruct/chat model's tokenizer")
+        self.plain_text = chat_template is not None and chat_template.strip().lower() == PLAIN_TEXT
+        self.chat_template = load_template(chat_template) if chat_template is not None and not self.plain_text else None
+        if not self.plain_text and self.chat_template is None and getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("the tokenizer has no chat template; " + fix_hint(getattr(tokenizer, "name_or_path", "")))
         self.tokenizer, self.max_steps, self.history_length = tokenizer, max_steps, history_length
         self.template = check_template(template) if template is not None else None
         self.system = system
         self._cache: dict[str, list[int]] = {}
-        self.system_in_user = system is not None and not accepts_system_role(tokenizer)
+        self.system_in_user = (system is not None and not self.plain_text
+                               and not accepts_system_role(tokenizer, self.chat_template))
 
     def messages(self, view: EpisodeView) -> list[dict[str, str]]:
         template = self.template or (check_template(view.prompt_template) if view.prompt_template
@@ -100,11 +113,19 @@ class PromptBuilder:
             return [{"role": "user", "content": f"{self.system}\n\n{user}" if self.system else user}]
         return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
 
+    def render(self, turn: list[dict[str, str]]) -> str:
+        """The prompt text of one turn's messages: through the chat template, or as plain text."""
+        if self.plain_text:
+            return "".join(m["content"] + ("\n\n" if m["role"] == "system" else "\n") for m in turn)
+        return self.tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True,
+                                                  chat_template=self.chat_template)
+
     def text(self, view: EpisodeView) -> str:
-        return self.tokenizer.apply_chat_template(self.messages(view), tokenize=False, add_generation_prompt=True)
+        return self.render(self.messages(view))
 
     def token_ids(self, view: EpisodeView) -> list[int]:
-        return self.tokenizer(self.text(view), add_special_tokens=False)["input_ids"]
+        # plain text gets the tokenizer's own BOS (a chat template writes it itself)
+        return self.tokenizer(self.text(view), add_special_tokens=self.plain_text)["input_ids"]
 
     def batch_token_ids(self, views: Sequence[EpisodeView]) -> list[list[int]]:
         """Token ids for many episodes: each distinct user message is rendered through the chat template
@@ -116,8 +137,7 @@ class PromptBuilder:
         if missing:
             if len(self._cache) + len(missing) > PROMPT_CACHE_SIZE:
                 self._cache.clear()
-            texts = [self.tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
-                     for turn in missing.values()]
-            for key, ids in zip(missing, self.tokenizer(texts, add_special_tokens=False)["input_ids"]):
+            texts = [self.render(turn) for turn in missing.values()]
+            for key, ids in zip(missing, self.tokenizer(texts, add_special_tokens=self.plain_text)["input_ids"]):
                 self._cache[key] = ids
         return [list(self._cache[key]) for key in keys]

@@ -8,6 +8,10 @@ from typing import Any, Callable, Optional, Union
 
 import gymnasium as gym
 
+#: Episode length when neither `gym.make(max_episode_steps=)` nor the pool's `env.max_steps` sets one: the
+#: envs whose papers fix a step budget (WebShop 15, ALFWorld 50) truncate there by default.
+DEFAULT_MAX_STEPS: dict[str, int] = {"gigpo/WebShop-v0": 15, "gigpo/ALFWorld-v0": 50}
+
 BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "gigpo/Sokoban-v0": ("gigpo.envs.sokoban:SokobanEnv", {}),
     "gigpo/Maze-v0": ("gigpo.envs.maze:MazeEnv", {}),
@@ -25,9 +29,13 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def register_env(env_id: str, entry_point: Union[str, Callable[..., gym.Env]], **kwargs: Any) -> None:
-    """Register `env_id` unless it already is (importing twice, or in a pool worker, is harmless)."""
+    """Register `env_id` unless it already is (importing twice, or in a pool worker, is harmless). `gym.make`
+    then wraps it in gigpo.envs.episode_end's guard: no step after the episode ended."""
+    from gigpo.envs.episode_end import WRAPPER_SPEC
+
     if env_id not in gym.registry:
-        gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs)
+        gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, additional_wrappers=(WRAPPER_SPEC,),
+                     max_episode_steps=DEFAULT_MAX_STEPS.get(env_id))
 
 
 def register_builtin_envs() -> None:
@@ -110,6 +118,10 @@ def check_env_kwargs(env_id: str, kwargs: dict[str, Any], field: str = "env.kwar
     if not kwargs:
         return
     accepted = env_kwarg_names(env_id)
+    if "max_steps" in kwargs and (accepted is None or "max_steps" not in accepted):
+        raise ValueError(f"{field}.max_steps={kwargs['max_steps']!r}: the episode length is one setting, "
+                         f"env.max_steps (the time limit the pool applies and the prompt's 'step X of N'); "
+                         f"set env.max_steps={kwargs['max_steps']!r} and drop it from {field}")
     if accepted is None:
         return
     unknown = sorted(set(kwargs) - accepted)

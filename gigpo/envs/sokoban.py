@@ -19,26 +19,18 @@ Version history
 """
 from __future__ import annotations
 
-from collections import deque
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from gigpo.envs.base import AgentEnv
+from gigpo.envs.grid import ACTIONS, MOVES, Cell, GridEnv, flood, pair, shift, shortest_plan
 
-Cell = tuple[int, int]
 State = tuple[Cell, frozenset[Cell]]  # (player, boxes)
 
-MOVES: dict[str, Cell] = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
-ACTIONS = list(MOVES)
 STEP_PENALTY = -0.1
 BOX_ON_TARGET = 1.0
 SOLVED_BONUS = 10.0
 SYMBOLS = "# wall, _ floor, O target, X box, V box on target, P player, S player on target"
-
-
-def _add(cell: Cell, move: Cell) -> Cell:
-    return cell[0] + move[0], cell[1] + move[1]
 
 
 class Room:
@@ -54,11 +46,11 @@ class Room:
         """The state after one move (unchanged when blocked)."""
         player, boxes = state
         step = MOVES[action]
-        ahead = _add(player, step)
+        ahead = shift(player, step)
         if not self.free(ahead):
             return state
         if ahead in boxes:
-            beyond = _add(ahead, step)
+            beyond = shift(ahead, step)
             if not self.free(beyond) or beyond in boxes:
                 return state
             return ahead, (boxes - {ahead}) | {beyond}
@@ -68,34 +60,19 @@ class Room:
         """A box off target in a corner can never move again: prune it from the search."""
         if box in self.targets:
             return False
-        blocked = [not self.free(_add(box, m)) for m in MOVES.values()]  # up, down, left, right
+        blocked = [not self.free(shift(box, m)) for m in MOVES.values()]  # up, down, left, right
         return (blocked[0] or blocked[1]) and (blocked[2] or blocked[3])
+
+    def successors(self, state: State) -> Iterator[tuple[str, State]]:
+        """Each move and its state, except moves that push a box into a dead corner."""
+        for action in ACTIONS:
+            nxt = self.move(state, action)
+            if not any(self.dead(b) for b in nxt[1] - state[1]):
+                yield action, nxt
 
     def solve(self, state: State, max_depth: Optional[int] = None) -> Optional[list[str]]:
         """A shortest list of moves that puts every box on a target, or None if there is none."""
-        if state[1] <= self.targets:
-            return []
-        parent: dict[State, tuple[State, str]] = {}
-        depth = {state: 0}
-        frontier = deque([state])
-        while frontier:
-            current = frontier.popleft()
-            if max_depth is not None and depth[current] >= max_depth:
-                continue
-            for action in ACTIONS:
-                nxt = self.move(current, action)
-                if nxt in depth or any(self.dead(b) for b in nxt[1] - current[1]):
-                    continue
-                depth[nxt] = depth[current] + 1
-                parent[nxt] = (current, action)
-                if nxt[1] <= self.targets:
-                    plan = []
-                    while nxt != state:
-                        nxt, move = parent[nxt]
-                        plan.append(move)
-                    return plan[::-1]
-                frontier.append(nxt)
-        return None
+        return shortest_plan(state, self.successors, lambda s: s[1] <= self.targets, max_depth)
 
     def render(self, state: State) -> str:
         player, boxes = state
@@ -118,15 +95,8 @@ class Room:
 
 def _connected(height: int, width: int, walls: set[Cell]) -> bool:
     floor = [(r, c) for r in range(height) for c in range(width) if (r, c) not in walls]
-    seen, todo = {floor[0]}, [floor[0]]
-    while todo:
-        cell = todo.pop()
-        for move in MOVES.values():
-            nxt = _add(cell, move)
-            if 0 <= nxt[0] < height and 0 <= nxt[1] < width and nxt not in walls and nxt not in seen:
-                seen.add(nxt)
-                todo.append(nxt)
-    return len(seen) == len(floor)
+    inside = lambda cell: 0 <= cell[0] < height and 0 <= cell[1] < width and cell not in walls  # noqa: E731
+    return len(flood(floor[0], inside)) == len(floor)
 
 
 def generate_room(rng: np.random.Generator, size: int, num_boxes: int, inner_walls: tuple[int, int],
@@ -146,7 +116,7 @@ def generate_room(rng: np.random.Generator, size: int, num_boxes: int, inner_wal
         player, boxes = floor[picks[-1]], set(targets)
         for _ in range(int(rng.integers(reverse_steps[0], reverse_steps[1] + 1))):
             step = MOVES[ACTIONS[int(rng.integers(4))]]
-            ahead, behind = _add(player, step), (player[0] - step[0], player[1] - step[1])
+            ahead, behind = shift(player, step), (player[0] - step[0], player[1] - step[1])
             if not room.free(ahead) or ahead in boxes:
                 continue
             if behind in boxes and rng.random() < pull_probability:
@@ -164,14 +134,7 @@ def generate_room(rng: np.random.Generator, size: int, num_boxes: int, inner_wal
                        f"or reverse_steps")
 
 
-def _pair(name: str, value: Any) -> tuple[int, int]:
-    low, high = (value, value) if isinstance(value, int) else tuple(value)
-    if not 0 <= low <= high:
-        raise ValueError(f"{name}={value!r} must be an int or a (low, high) pair with 0 <= low <= high")
-    return int(low), int(high)
-
-
-class SokobanEnv(AgentEnv):
+class SokobanEnv(GridEnv):
     """Text Sokoban with generated rooms and an optimal expert (see the module docstring)."""
 
     def __init__(self, size: int = 5, num_boxes: int = 1, inner_walls: Any = (0, 2), solution_length: Any = (3, 10),
@@ -183,9 +146,9 @@ class SokobanEnv(AgentEnv):
         if not 1 <= num_boxes <= size * size // 3:
             raise ValueError(f"num_boxes={num_boxes} must be between 1 and a third of size*size")
         self.size, self.num_boxes = size, num_boxes
-        self.inner_walls = _pair("inner_walls", inner_walls)
-        self.solution_length = _pair("solution_length", solution_length)
-        self.reverse_steps = _pair("reverse_steps", reverse_steps)
+        self.inner_walls = pair("inner_walls", inner_walls)
+        self.solution_length = pair("solution_length", solution_length)
+        self.reverse_steps = pair("reverse_steps", reverse_steps)
         self.task = f"Push every box onto a target. Symbols: {SYMBOLS}."
         self.room: Optional[Room] = None
         self.state: Optional[State] = None
@@ -205,11 +168,7 @@ class SokobanEnv(AgentEnv):
         reward = STEP_PENALTY + BOX_ON_TARGET * (after - before) + (SOLVED_BONUS if solved else 0.0)
         return self.room.render(self.state), reward, solved, {}
 
-    def admissible_actions(self) -> list[str]:
-        return list(ACTIONS)
-
-    def expert_action(self) -> Optional[str]:
-        """First move of a shortest solution from here; None once the boxes are stuck for good."""
+    def plan(self) -> Optional[list[str]]:
+        """A shortest solution from here; None once the boxes are stuck for good."""
         assert self.room is not None and self.state is not None, "call reset() first"
-        plan = self.room.solve(self.state)
-        return plan[0] if plan else None
+        return self.room.solve(self.state)

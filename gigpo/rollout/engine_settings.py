@@ -39,8 +39,8 @@ class EngineSettings:
     def __post_init__(self) -> None:
         canonical_dtype(self.dtype)  # an unknown dtype fails here, naming the supported ones
         if self.weight_sync not in ("shm", "nccl"):
-            raise ValueError(f"weight_sync={self.weight_sync!r} is not supported; use shm (CPU or GPU, one "
-                             "machine) or nccl (GPU)")
+            raise ValueError(f"weight_sync={self.weight_sync!r} is not supported; use shm (one machine) or nccl "
+                             "(a broadcast: NCCL on GPUs, gloo on CPUs)")
         if self.kv_cache_gb <= 0 or self.max_num_seqs < 1:
             raise ValueError(f"kv_cache_gb={self.kv_cache_gb} must be > 0 and max_num_seqs={self.max_num_seqs} >= 1")
 
@@ -87,7 +87,7 @@ class EngineSettings:
         parser.add_argument("--enforce-eager", action="store_true", default=d.enforce_eager,
                             help="skip torch.compile (faster start, slower generation)")
         parser.add_argument("--weight-sync", default=d.weight_sync, choices=["shm", "nccl"],
-                            help="shm: trainer posts a /dev/shm safetensors path; nccl: GPU broadcast (not run on CPU)")
+                            help="shm: trainer posts a /dev/shm safetensors path; nccl: trainer broadcasts (NCCL or gloo)")
 
     @classmethod
     def from_cli(cls, args: "argparse.Namespace") -> "EngineSettings":

@@ -31,6 +31,14 @@ class StepRecord:
     action_valid: bool
     truncated_response: bool
     """The response hit max_new_tokens before ending."""
+    observation: str = ""
+    """What the model saw at this step (the env's observation text; the prompt adds task and history)."""
+    response: str = ""
+    action: Optional[str] = None
+    """The action the env parsed from the response (None when it could not parse one)."""
+    invalid_reason: str = ""
+    policy_version: int = -1
+    """Weight version of the generator that sampled the response."""
 
 
 @dataclass
@@ -119,7 +127,9 @@ class RolloutTally:
             group=self.group_offset + before.group_idx, traj=self.traj_offset + before.episode_idx, step=before.step,
             prompt_ids=prompt, response_ids=list(completion.token_ids), response_logprobs=list(completion.logprobs),
             reward=float(after.reward), anchor=str(before.anchor), action_valid=valid,
-            truncated_response=completion.finish_reason == "length"))
+            truncated_response=completion.finish_reason == "length", observation=before.observation,
+            response=completion.text, action=after.info.get("action"),
+            invalid_reason=str(after.info.get("invalid_reason", "")), policy_version=completion.weight_version))
 
     def finish(self, pool: EnvPool) -> Rollout:
         episodes = [EpisodeSummary(traj=self.traj_offset + v.episode_idx, group=self.group_offset + v.group_idx,

@@ -40,7 +40,8 @@ class UpdateRequest(BaseModel):
 
 
 class TransferRequest(BaseModel):
-    """Body of the /weight_transfer/* routes (GPU NCCL sync; vLLM's worker-side dicts, passed through)."""
+    """Body of the /weight_transfer/* routes: the group's address (init), the tensors' names, dtypes
+    and shapes (update), or the version (commit)."""
     info: Any = None
     version: Optional[int] = None
 
@@ -114,21 +115,22 @@ def create_app(generator: Any, token: Optional[str] = None):
             raise HTTPException(status_code=400, detail=str(exc)) from exc
         return {"version": generator.version}
 
-    # GPU weight sync through vLLM's NCCL weight transfer (not run on CPU machines). `update` must run
-    # while the trainer broadcasts, so it does not take the generation lock; the trainer does not
-    # generate during a sync.
+    # Weight sync by broadcast (gigpo/rollout/nccl_sync.py): `init` joins the trainer's group, `update`
+    # receives one sync. Both block while the trainer is on the other end, so they do not take the
+    # generation lock; the trainer does not generate during a sync.
     @app.post("/weight_transfer/{step}")
     def weight_transfer(step: str, req: TransferRequest, authorization: Optional[str] = Header(None)) -> dict:
         authorize(authorization)
-        rpc = {"init": "init_weight_transfer_engine", "start": "start_weight_update",
-               "update": "update_weights", "finish": "finish_weight_update"}
+        rpc = {"init": "gigpo_init_broadcast", "update": "gigpo_receive_broadcast"}
         if step == "commit":
             if req.version is None:
                 raise HTTPException(status_code=400, detail="/weight_transfer/commit needs a version")
             with lock:
                 generator.commit_version(req.version)
         elif step in rpc:
-            generator.llm.collective_rpc(rpc[step], args=(req.info,) if step in ("init", "update") else ())
+            if req.info is None:
+                raise HTTPException(status_code=400, detail=f"/weight_transfer/{step} needs an info body")
+            generator.llm.collective_rpc(rpc[step], args=(req.info,))
         else:
             raise HTTPException(status_code=404, detail=f"unknown weight transfer step {step!r}; "
                                                         f"use one of {', '.join([*rpc, 'commit'])}")

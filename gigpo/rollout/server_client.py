@@ -332,15 +332,20 @@ class ServerGenerator(Generator):
                 self._restart(server)
 
     def _send_nccl(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
-        """GPU path (not run here): one NCCL group per server; a restart needs a new group."""
-        from gigpo.rollout.nccl_sync import HTTPClient, NCCLWeightSender
+        """Broadcast (NCCL on GPUs, gloo on CPUs): one group per server, opened at the first sync at the
+        address on this machine's route to that server, so a server on another machine can join it."""
+        from urllib.parse import urlparse
+
+        from gigpo.rollout.nccl_sync import BroadcastWeightSender, HTTPClient, local_address_towards
 
         for server in self.servers:
             sender = self._nccl_senders.get(server.url)
             if sender is None:
                 client = HTTPClient(server.url, self.token, self.request_timeout_s)
-                sender = NCCLWeightSender(client, master_address="127.0.0.1", master_port=free_port(),
-                                          num_workers=1, tied_lm_head=self._tied_lm_head())
+                address = local_address_towards(urlparse(server.url).hostname or "127.0.0.1")
+                sender = BroadcastWeightSender(client, master_address=address, master_port=free_port(address),
+                                               num_workers=1, tied_lm_head=self._tied_lm_head(),
+                                               shares_gpu=server.supervised, dtype=self.torch_dtype)
                 self._nccl_senders[server.url] = sender
             sender.send(named_tensors)
             self._post(server, "weight_transfer/commit", {"version": version})

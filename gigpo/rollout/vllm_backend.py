@@ -49,8 +49,6 @@ def build_engine(model_path: str, engine: EngineSettings) -> Any:
 
             max_model_len = AutoConfig.from_pretrained(model_path).max_position_embeddings
         kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 4096))
-    if engine.weight_sync == "nccl":  # GPU only; not run on these machines
-        kwargs["weight_transfer_config"] = {"backend": "nccl"}
     return LLM(**kwargs)
 
 
@@ -63,7 +61,8 @@ def _on_cpu() -> bool:
 class VLLMGenerator(Generator):
     """vllm.LLM owned by this process. Weight sync (`weight_sync="shm"`): safetensors in /dev/shm ->
     worker `reload_weights` (LM head included, even when tied) -> prefix-cache reset. With
-    `weight_sync="nccl"` (GPU, not run here) the tensors are broadcast by vLLM's NCCL weight transfer."""
+    `weight_sync="nccl"` the trainer broadcasts the tensors into the workers over a group of its own
+    (NCCL on GPUs, gloo on CPUs; gigpo/rollout/nccl_sync.py)."""
 
     def __init__(self, model_path: str, engine: EngineSettings = EngineSettings()) -> None:
         super().__init__()
@@ -162,13 +161,13 @@ class VLLMGenerator(Generator):
                                "samples would mix two policies; wait for them (the rollout does) before syncing")
 
     def _send_nccl(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        from gigpo.rollout.nccl_sync import EngineClient, NCCLWeightSender
+        from gigpo.rollout.nccl_sync import BroadcastWeightSender, EngineClient
 
         if self._nccl_sender is None:
-            self._nccl_sender = NCCLWeightSender(
+            self._nccl_sender = BroadcastWeightSender(
                 EngineClient(self.llm), master_address="127.0.0.1", master_port=free_port(),
                 num_workers=self.llm.llm_engine.vllm_config.parallel_config.world_size,
-                tied_lm_head=self.tied_lm_head)
+                tied_lm_head=self.tied_lm_head, shares_gpu=True, dtype=self.torch_dtype)
         self._nccl_sender.send(named_tensors)
 
     def close(self) -> None:

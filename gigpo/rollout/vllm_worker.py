@@ -30,7 +30,9 @@ def install_reload_warning_filter() -> None:
 
 
 class WeightSyncExtension:
-    """Mixed into vLLM's worker: reload all weights from a safetensors file the trainer wrote."""
+    """Mixed into vLLM's worker: reload all weights from a safetensors file the trainer wrote, or from a
+    broadcast the trainer sends (gigpo/rollout/nccl_sync.py). Uses only what vLLM 0.26-0.33 all have:
+    `worker_extension_cls`, `self.rank`, `self.device` and `reload_weights(weights_iterator=...)`."""
 
     def gigpo_load_weights(self, path: str, skip_lm_head: bool = False) -> int:
         """Load `path` through `reload_weights`, which re-packs weights the CPU backend repacked at
@@ -43,3 +45,31 @@ class WeightSyncExtension:
             state.pop("lm_head.weight", None)
         self.reload_weights(weights_iterator=iter(state.items()))
         return len(state)
+
+    def gigpo_init_broadcast(self, info: dict) -> None:
+        """Join the trainer's weight-sync group as rank 1 + this worker's rank (blocks until all joined)."""
+        from gigpo.rollout.nccl_sync import open_group
+
+        self.gigpo_backend = info["backend"]
+        self.gigpo_group = open_group(info["address"], int(info["port"]), 1 + self.rank, int(info["world_size"]),
+                                      info["backend"], float(info["timeout_s"]))
+
+    def gigpo_receive_broadcast(self, meta: list) -> int:
+        """Receive the tensors `meta` names as the trainer broadcasts them, loading each as it comes."""
+        from gigpo.rollout.nccl_sync import receive_iterator
+
+        if getattr(self, "gigpo_group", None) is None:
+            raise RuntimeError("gigpo_receive_broadcast before gigpo_init_broadcast: no weight-sync group")
+        install_reload_warning_filter()
+        self.reload_weights(weights_iterator=receive_iterator(self.gigpo_group, meta, self._gigpo_device()))
+        return len(meta)
+
+    def _gigpo_device(self):
+        """Where received tensors land: the worker's GPU for NCCL; host memory for gloo (reload_weights
+        copies them onto the GPU parameters)."""
+        import torch
+
+        device = getattr(self, "device", None)
+        if self.gigpo_backend == "gloo" or not isinstance(device, torch.device):
+            return torch.device("cpu")
+        return device

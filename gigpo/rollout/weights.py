@@ -36,14 +36,22 @@ def full_state_dict(named_tensors: Iterable[tuple[str, torch.Tensor]], tied_lm_h
         name = name.removeprefix("module.")  # DeepSpeed / DDP wrappers
         t = tensor.detach()
         out[name] = (t.to(dtype) if dtype is not None else t).contiguous().clone()
-    if not out:
-        raise ValueError("update_weights got no tensors; pass model.named_parameters() of the trainer's model")
-    if LM_HEAD not in out and EMBED in out:
-        if not tied_lm_head:
-            raise ValueError(f"update_weights got {EMBED} but no {LM_HEAD}, and this model does not tie them: "
-                             "pass every parameter of the trainer's model")
+    if needs_tied_head(set(out), tied_lm_head):
         out[LM_HEAD] = out[EMBED].clone()
     return out
+
+
+def needs_tied_head(names: set[str], tied_lm_head: bool) -> bool:
+    """Whether the sync must add `lm_head.weight` from the embedding; raises on an empty or headless
+    untied set of names (both mean the caller did not pass all of the trainer's parameters)."""
+    if not names:
+        raise ValueError("update_weights got no tensors; pass model.named_parameters() of the trainer's model")
+    if LM_HEAD in names or EMBED not in names:
+        return False
+    if not tied_lm_head:
+        raise ValueError(f"update_weights got {EMBED} but no {LM_HEAD}, and this model does not tie them: "
+                         "pass every parameter of the trainer's model")
+    return True
 
 
 def ties_lm_head(model_path: str) -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -10,17 +11,34 @@ from pathlib import Path
 def _cmd_train(args: argparse.Namespace) -> int:
     from gigpo.config import load_config
     from gigpo.trainer.batching import TokenBudgetError
-    from gigpo.trainer.loop import TrainingAborted, launch_or_train
+    from gigpo.trainer.loop import launch_or_train
+    from gigpo.trainer.nonfinite import NonFiniteError
+
+    from gigpo.plan import PlanError, check_fits
 
     config = load_config(args.recipe, args.overrides)
+    try:
+        if "WORLD_SIZE" not in os.environ:  # once, in the process the user started, before any model loads
+            check_fits(config)
+    except PlanError as exc:
+        print(f"gigpo: {exc}", file=sys.stderr)
+        return 2
     try:
         return launch_or_train(config, args.recipe, args.overrides, resume=args.resume)
     except TokenBudgetError as exc:
         print(f"gigpo: {exc}", file=sys.stderr)
         return 2
-    except TrainingAborted as exc:
+    except NonFiniteError as exc:  # a NaN/inf anywhere: in the loop's guards or inside update()
         print(f"gigpo: training stopped: {exc}", file=sys.stderr)
         return 3
+    except RuntimeError as exc:  # a collective whose peer is gone: say which, and how to go on
+        from gigpo.trainer.distributed import lost_rank_message
+
+        message = lost_rank_message(exc)
+        if message is None:
+            raise
+        print(f"gigpo: {message}", file=sys.stderr, flush=True)
+        return 4
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:

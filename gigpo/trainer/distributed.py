@@ -9,6 +9,7 @@ CPU ranks talk over gloo, GPU ranks over NCCL.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
@@ -101,6 +102,25 @@ def remove_shm_allreduce_buffer(rank: int) -> None:
             os.unlink(path)
         except FileNotFoundError:
             pass
+
+
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Socket closed")
+"""What gloo (and NCCL's socket transport) say when the process on the other end of a collective is gone."""
+
+
+def lost_rank_message(exc: BaseException) -> Optional[str]:
+    """One paragraph for the user when `exc` is a collective that failed because another rank died or its
+    host became unreachable; None for any other error (which then surfaces unchanged)."""
+    text = str(exc)
+    if not any(marker in text for marker in PEER_LOST):
+        return None
+    peer = re.search(r"\[([0-9A-Fa-f.:]+)\]:\d+", text)
+    where = f" at {peer.group(1)}" if peer else ""
+    rank = os.environ.get("RANK", "?")
+    return (f"rank {rank} lost the connection to another rank{where}: that rank crashed, was killed, or its host "
+            "became unreachable (see that host's log for why). This rank stops too. To continue, start every "
+            "host's launcher again with --resume: training restarts from the last complete checkpoint. "
+            f"[{text.splitlines()[0][:300]}]")
 
 
 def broadcast_object(obj: T, src: int = 0) -> T:

@@ -31,6 +31,7 @@ from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
 from gigpo.trainer.batching import Layout, MicroBatch, TrainSample, collate, plan_micro_batches, unpad  # noqa: E402
 from gigpo.trainer.losses import aggregate, kl_k3, policy_loss, token_logp_entropy, value_loss  # noqa: E402
 from gigpo.trainer import lora  # noqa: E402
+from gigpo.trainer.nonfinite import NonFiniteError  # noqa: E402  (the one NaN/inf exception; re-exported)
 
 
 @dataclass(frozen=True)
@@ -233,10 +234,6 @@ class _PolicyForward(_MicroBatchedModel):
         if with_entropy:
             return logps, [r[1] for r in results]
         return logps
-
-
-class NonFiniteError(FloatingPointError):
-    """NaN or inf in a training input or loss; raised on every rank at once."""
 
 
 def check_finite(samples: Sequence[TrainSample]) -> None:

@@ -22,14 +22,14 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from gigpo.config import Config, dump_config
+from gigpo.trainer.nonfinite import NonFiniteError, require_finite
 
 
 GAP_PROBE = 32
 """Samples whose log-probs the trainer recomputes each iteration when the old ones come from the generator."""
 
-
-class TrainingAborted(RuntimeError):
-    """Training stopped on corrupted state (NaN/inf); nothing corrupt was saved."""
+TrainingAborted = NonFiniteError
+"""Training stopped on corrupted state (NaN/inf); nothing corrupt was saved (the name `gigpo train` catches)."""
 
 
 # --------------------------------------------------------------------------- seeds and guards
@@ -47,11 +47,12 @@ def eval_seeds(config: Config, episodes: Optional[int] = None) -> list[int]:
 
 
 def check_finite(name: str, values: Any, iteration: int, phase: str) -> None:
-    array = np.asarray(values, dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(array))
-    if bad.size:
-        raise TrainingAborted(f"iteration {iteration}, phase {phase}: {name} has {bad.size} non-finite value(s) "
-                              f"(first at index {int(bad[0])}: {array[bad[0]]}); stopping before anything is saved")
+    require_finite(name, values, f"iteration {iteration}, phase {phase}")
+
+
+def placebo_advantages(advantage: np.ndarray, seed: int, iteration: int) -> np.ndarray:
+    """`algorithm.shuffle_advantages`: the same values in an order drawn from (seed, iteration) alone."""
+    return np.random.default_rng([seed, iteration]).permutation(advantage)
 
 
 def peak_rss_gb() -> float:
@@ -83,7 +84,7 @@ def build_prompt_fn(config: Config, tokenizer):
     from gigpo.envs.prompt import PromptBuilder
 
     builder = PromptBuilder(tokenizer, config.env.max_steps, config.env.history_length, config.env.prompt_template,
-                            system=config.env.system_prompt)
+                            system=config.env.system_prompt, chat_template=config.model.chat_template)
     return builder.batch_token_ids
 
 
@@ -153,8 +154,10 @@ class EpisodeBar:
         self.bar.close()
 
 
-def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int] = None, prefix: str = "eval/") -> dict[str, float]:
-    """Greedy (eval temperature) success on the held-out evaluation seeds, one episode per seed."""
+def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int] = None, prefix: str = "eval/",
+             on_rollout=None) -> dict[str, float]:
+    """Greedy (eval temperature) success on the held-out evaluation seeds, one episode per seed.
+    `on_rollout` receives the episodes (the rollout record's hook)."""
     from gigpo.rollout.collect import rollout
 
     bar = EpisodeBar("eval", config.logging.progress)
@@ -164,13 +167,15 @@ def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int]
                          max_prompt_tokens=config.rollout.max_prompt_tokens, progress=bar)
     finally:
         bar.close()
+    if on_rollout is not None:
+        on_rollout(result)
     return result.metrics(prefix)
 
 
 def warm_up(config: Config, model_path: str, pool, prompt_fn, tokenizer, warm_dir: Path) -> None:
     """Supervised warm-up on expert demonstrations into warm_dir/hf, reused from the cache when identical."""
     from gigpo.envs.demos import collect_demonstrations
-    from gigpo.local_model import default_cache_dir
+    from gigpo.models.cache import default_cache_dir
     from gigpo.trainer.warmup import cached_warmup, response_ids, supervised_warmup, warmup_cache_key
 
     t, e = config.trainer, config.env
@@ -227,7 +232,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
     from gigpo.advantage.diagnostics import revisit_diagnostics, step_group_diagnostics
     from gigpo.advantage.estimators import compute_advantages
-    from gigpo.local_model import resolve_model_path
+    from gigpo.models.resolve import resolve_model_path
     from gigpo.rollout.collect import rollout
     import torch
 
@@ -238,6 +243,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
     from gigpo.trainer.engines import ActorEngine, CriticEngine, ReferenceModel, settings_from_config
     from gigpo.trainer.lora import AdapterFreeReference
     from gigpo.trainer.metrics import MetricsLogger, PhaseTimer
+    from gigpo.viewer.records import RolloutRecorder
 
     t, a, e = config.trainer, config.algorithm, config.env
     # fail on a bad recipe before any model, process or environment is started
@@ -247,6 +253,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
     run_dir = Path(t.run_dir)
     random.seed(t.seed)
     np.random.seed(t.seed)
+    recorder = RolloutRecorder.from_config(config, run_dir)  # rollout records for `gigpo view`
 
     # ---- model, optional supervised warm-up (rank 0, before the engines exist)
     model_path = resolve_model_path(config.model.path, config.model.init, config.model.corpus, config.model.seed) if main else None
@@ -299,7 +306,8 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
         sync_weights(actor, generator, version=state["iteration"], verifier=verifier)
     if main and start == 1 and not (run_dir / "metrics.jsonl").exists():
         # iteration 0: the starting policy (after warm-up, if any), so curves have a baseline
-        logger.log(0, {**evaluate(config, eval_pool, generator, prompt_fn), "rollout/env_steps_total": 0})
+        logger.log(0, {**evaluate(config, eval_pool, generator, prompt_fn, on_rollout=recorder.eval_hook(0)),
+                       "rollout/env_steps_total": 0})
 
     try:
         for iteration in range(start, t.iterations + 1):
@@ -364,15 +372,19 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
                                                 norm=a.norm, episode_stats=a.episode_stats, similarity=a.similarity,
                                                 step_min_spread=a.step_min_spread)
                     check_finite("advantages", result.advantage, iteration, "advantage")
+                    advantage = result.advantage
+                    if a.shuffle_advantages:
+                        advantage = placebo_advantages(advantage, t.seed, iteration)
                     if main:
                         metrics.update(step_group_diagnostics(result))
                         metrics.update(revisit_diagnostics(rows))
+                        recorder.after_advantage(iteration, last, steps, episodes, rows, result)
                         if config.logging.log_rollouts:
                             from gigpo.advantage.jsonl import write_step_rows
 
                             write_step_rows(run_dir / "rollouts" / f"{iteration:06d}.jsonl", rows)
                 samples_payload = [(s.prompt_ids, s.response_ids, float(adv), float(ret))
-                                   for s, adv, ret in zip(steps, result.advantage, result.returns)]
+                                   for s, adv, ret in zip(steps, advantage, result.returns)]
                 samples = [TrainSample(p, r, advantage=adv, action_mask=torch.tensor(action_token_mask(tokenizer, r)))
                            for p, r, adv, _ in samples_payload]
                 # ---- log-probs: old (the generator's where exact, else the actor's before the update) and
@@ -415,7 +427,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
             if main and (iteration % t.eval_every == 0 or last):  # the final policy is always evaluated
                 with timer("eval"):
-                    metrics.update(evaluate(config, eval_pool, generator, prompt_fn))
+                    metrics.update(evaluate(config, eval_pool, generator, prompt_fn, on_rollout=recorder.eval_hook(iteration)))
             metrics.update(timer.metrics())
             metrics["time/iteration"] = time.perf_counter() - iteration_start
             metrics["perf/peak_rss_gb"] = peak_rss_gb()

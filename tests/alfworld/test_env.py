@@ -13,6 +13,7 @@ from transformers import AutoTokenizer
 from gigpo.envs.alfworld import ENV_ID
 from gigpo.envs.alfworld.evaluate import evaluate, expert_policy
 from gigpo.envs.alfworld.game import TASK_TYPES
+from gigpo.envs.episode_end import EpisodeOverError
 from gigpo.envs.pool import EnvPool
 from gigpo.envs.prompt import PromptBuilder
 
@@ -57,7 +58,7 @@ def test_inadmissible_action_is_penalised_and_does_not_advance(alfworld_data: Pa
 
 
 def test_state_anchor_tells_apart_equal_texts_and_episodes_truncate(alfworld_data: Path) -> None:
-    env = gym.make(ENV_ID, data_path=str(alfworld_data), anchor="state", max_steps=3).unwrapped
+    env = gym.make(ENV_ID, data_path=str(alfworld_data), anchor="state", max_episode_steps=4)
     _, info = env.reset(seed=1)
     places = [c for c in info["admissible_actions"] if c.startswith("go to ")][:2]
     anchors, observations = [], []
@@ -68,7 +69,10 @@ def test_state_anchor_tells_apart_equal_texts_and_episodes_truncate(alfworld_dat
         anchors.append(step_info["anchor"])
     assert observations[0] == observations[1]  # "You are not carrying anything." at both places
     assert anchors[0] != anchors[1]
-    assert truncated  # the 4th step of a 3-step episode
+    assert truncated  # the 4th step of a 4-step episode
+    with pytest.raises(EpisodeOverError, match="truncated after 4 step"):
+        env.step("<action>inventory</action>")
+    assert gym.make(ENV_ID, data_path=str(alfworld_data)).spec.max_episode_steps == 50  # the paper's budget
 
 
 def test_bad_env_arguments_name_the_input(alfworld_data: Path) -> None:

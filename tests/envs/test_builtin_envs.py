@@ -9,6 +9,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import gigpo.envs
+from gigpo.envs.alfworld import SAMPLE_TASKS_DIR
+from gigpo.envs.episode_end import EpisodeOverError
 from gigpo.envs.toy_text import DiscreteTextEnv, lake_expert
 from gigpo.envs.twenty_four import ExpressionError, evaluate
 
@@ -23,6 +25,50 @@ def test_check_env_passes_without_warnings(env_id):
     observation, info = env.reset(seed=0)
     assert env.observation_space.contains(observation)
     assert {"anchor", "admissible_actions", "action_valid", "invalid_reason", "won"} <= set(info)
+
+
+SMALL_KWARGS = {"gigpo/WebShop-v0": {"num_products": 300},
+                "gigpo/ALFWorld-v0": {"expert": True, "data_path": str(SAMPLE_TASKS_DIR)}}
+
+
+def _first_move_to_an_end(env: DiscreteTextEnv) -> str:
+    """The first action of a shortest path to a terminating transition, by BFS over the toy-text table P."""
+    first, frontier = {env.state: None}, [env.state]
+    for state in frontier:
+        for action, outcomes in env.inner.P[state].items():
+            _, nxt, _, done = outcomes[0]
+            move = action if first[state] is None else first[state]
+            if done:
+                return env.action_names[move]
+            if nxt not in first:
+                first[nxt] = move
+                frontier.append(nxt)
+    raise AssertionError("no terminating transition is reachable")
+NOT_TEXT = [None, 3, 2.5, b"<action>up</action>", ["<action>up</action>"]]
+
+
+@pytest.mark.parametrize("env_id", sorted(gigpo.envs.BUILTIN_ENVS))
+def test_non_text_actions_are_invalid_and_ended_episodes_refuse_steps(env_id):
+    """A non-string action is an invalid action with a reason (not a TypeError); after truncation (here by
+    those invalid steps) and after termination (the expert's last step) a step raises EpisodeOverError."""
+    env = gym.make(env_id, max_episode_steps=len(NOT_TEXT), **SMALL_KWARGS.get(env_id, {}))
+    observation, _ = env.reset(seed=0)
+    for k, action in enumerate(NOT_TEXT, start=1):
+        after, reward, terminated, truncated, info = env.step(action)
+        assert after == observation and not terminated and truncated == (k == len(NOT_TEXT))
+        assert not info["action_valid"] and reward == -env.unwrapped.invalid_action_penalty
+        assert info["invalid_reason"] == f"the action must be text (str), not {type(action).__name__}"
+    with pytest.raises(EpisodeOverError, match=f"truncated after {len(NOT_TEXT)} step"):
+        env.step(f"<action>{env.unwrapped.expert_action()}</action>")
+    env = gym.make(env_id, max_episode_steps=100, **SMALL_KWARGS.get(env_id, {}))
+    env.reset(seed=0)
+    terminated = truncated = False
+    while not (terminated or truncated):
+        action = env.unwrapped.expert_action() or _first_move_to_an_end(env.unwrapped)  # Taxi, CliffWalking
+        _, _, terminated, truncated, _ = env.step(f"<action>{action}</action>")
+    assert terminated
+    with pytest.raises(EpisodeOverError, match="terminated"):
+        env.step(f"<action>{env.unwrapped.expert_action()}</action>")
 
 
 def _play(env_id: str, actions: list[str], **kwargs) -> list[tuple]:

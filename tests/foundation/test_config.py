@@ -144,6 +144,10 @@ def test_unknown_env_id_is_caught_with_a_hint() -> None:
     # a factory with **kwargs: the names of the class it returns count too
     ("frozenlake_tiny.yaml", ["env.kwargs={map_sise: 4}"], "unknown argument(s) map_sise (did you mean map_size?)"),
     ("alfworld_7b.yaml", ["env.kwargs={splt: train}"], "unknown argument(s) splt (did you mean split?)"),
+    # one episode length: env.max_steps, never a second one in the env's kwargs
+    ("webshop_tiny.yaml", ["env.kwargs.max_steps=5"], "env.kwargs.max_steps=5: the episode length is one setting, env.max_steps"),
+    ("alfworld_7b.yaml", ["env.eval_kwargs={max_steps: 20}"], "set env.max_steps=20 and drop it from env.eval_kwargs"),
+    ("sokoban_tiny.yaml", ["env.kwargs={max_steps: 9}"], "set env.max_steps=9 and drop it from env.kwargs"),
 ])
 def test_unknown_env_kwargs_are_caught(recipe: str, overrides: list[str], message: str) -> None:
     with pytest.raises(RecipeError) as err:

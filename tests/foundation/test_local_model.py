@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gigpo.local_model import IM_END, PRESETS, cached_local_model, resolve_model_path
+from gigpo.models.local import IM_END, PRESETS, cached_local_model
+from gigpo.models.resolve import resolve_model_path
 
 MESSAGES = [{"role": "system", "content": "You push boxes."}, {"role": "user", "content": "Your task is to: go up."}]
 

@@ -17,7 +17,7 @@ QUESTIONS = ["What is the capital of France?", "Name a primary colour.", "What i
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
-    from gigpo.pretrained import fetch_pinned
+    from gigpo.models.pretrained import fetch_pinned
 
     return fetch_pinned(NAME)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gigpo.config import load_config
-from gigpo.local_model import resolve_model_path
-from gigpo.pretrained import PINNED, ModelFetchError, UnsupportedModelError, convert_gguf, fetch_pinned
+from gigpo.models.resolve import resolve_model_path
+from gigpo.models.pretrained import PINNED, ModelFetchError, UnsupportedModelError, convert_gguf, fetch_pinned
 
 from .conftest import NAME
 

@@ -6,7 +6,7 @@ import pytest
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import SyncVerifier, sync_weights
-from rollout.conftest import load_trainer_model, perturb  # the rollout tests' helpers (tests/ is on sys.path)
+from support.models import load_trainer_model, perturb
 
 from .conftest import ENGINE
 

@@ -12,7 +12,7 @@ from gigpo.config import load_config
 from gigpo.envs.pool import EnvPool
 from gigpo.rollout.verify import default_tolerance
 from gigpo.trainer.loop import build_prompt_fn
-from trainer.run_helpers import REPO, gigpo  # the trainer tests' subprocess runner (tests/ is on sys.path)
+from support.run import REPO, gigpo
 
 from .conftest import NAME
 

@@ -1,29 +1,12 @@
 """Shared generators for the rollout tests: vLLM engines cost ~20-40 s to start, so each kind starts once."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 from gigpo.rollout.types import SamplingSettings
 
 GREEDY = SamplingSettings(temperature=0, max_new_tokens=16)
-
-
-def load_trainer_model(model_dir: Path) -> torch.nn.Module:
-    """A fresh fp32 HF copy of the model, standing in for the trainer's."""
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-
-
-@torch.no_grad()
-def perturb(model: torch.nn.Module, seed: int, scale: float = 0.05) -> None:
-    """Move every parameter (the tied embedding/LM head included), as an optimiser step would."""
-    gen = torch.Generator().manual_seed(seed)
-    for p in model.parameters():
-        p.add_(torch.randn(p.shape, generator=gen) * scale)
 
 
 def sample_prompts(count: int = 6, seed: int = 0, vocab: int = 1000) -> list[list[int]]:

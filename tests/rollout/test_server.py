@@ -17,7 +17,9 @@ from gigpo.rollout.server_client import ServerError, ServerGenerator
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import SyncVerifier
 
-from .conftest import GREEDY, assert_submitted_like_a_batch, load_trainer_model, perturb, sample_prompts
+from support.models import load_trainer_model, perturb
+
+from .conftest import GREEDY, assert_submitted_like_a_batch, sample_prompts
 
 TOKEN = "test-token"
 
@@ -88,6 +90,26 @@ def test_killed_server_is_restarted_at_the_current_version(served, trainer):
     for result in (during, after):
         assert [c.token_ids for c in result] == expected
         assert {c.weight_version for c in result} == {version}
+
+
+def test_external_server_syncs_by_broadcast_with_the_token(served, trainer, tiny_model_dir):
+    """The path to a server on another machine: no shared /dev/shm, so the client opens a broadcast
+    group (gloo here, NCCL on GPUs) that the server joins through its token-guarded /weight_transfer."""
+    external = ServerGenerator(str(tiny_model_dir), EngineSettings(dtype="fp32", weight_sync="nccl"),
+                               urls=[served.servers[0].url], token=TOKEN)
+    external._version = served.version
+    prompts = sample_prompts(6, seed=11)
+    try:
+        for seed in (500, 501):  # the second sync reuses the group
+            version = _sync_both(external, trainer, seed)
+            expected = [c.token_ids for c in trainer[1].generate(prompts, GREEDY)]
+            external.update_weights(trainer[0].named_parameters(), version)
+            assert [c.token_ids for c in external.generate(prompts, GREEDY)] == expected
+        assert requests.post(f"{served.servers[0].url}/weight_transfer/commit", json={"version": version + 1},
+                             timeout=5).status_code == 401
+    finally:
+        external.close()
+    served._version = version  # the supervised client's view of the server, for the tests after this one
 
 
 def test_external_server_that_stops_answering_fails_clearly(served, tiny_model_dir):

@@ -26,3 +26,17 @@ def test_untied_model_missing_its_head_is_an_error():
         full_state_dict([("model.embed_tokens.weight", torch.zeros(2, 2))], tied_lm_head=False)
     with pytest.raises(ValueError, match="got no tensors"):
         full_state_dict([], tied_lm_head=True)
+
+
+def test_broadcast_list_adds_the_tied_head_and_casts_only_when_sent():
+    from gigpo.rollout.nccl_sync import tensor_meta, to_send
+
+    embed = torch.randn(5, 3)
+    tensors = to_send([("module.model.embed_tokens.weight", embed), ("model.norm.weight", torch.ones(3))],
+                      tied_lm_head=True, dtype=torch.bfloat16)
+    assert tensor_meta(tensors) == [("model.embed_tokens.weight", "bfloat16", [5, 3]),
+                                    ("model.norm.weight", "bfloat16", [3]), ("lm_head.weight", "bfloat16", [5, 3])]
+    head = tensors[2][1].detach()
+    assert head.dtype == torch.bfloat16 and torch.equal(head, embed.to(torch.bfloat16))
+    with pytest.raises(ValueError, match="no lm_head.weight, and this model does not tie them"):
+        to_send([("model.embed_tokens.weight", embed)], tied_lm_head=False, dtype=None)

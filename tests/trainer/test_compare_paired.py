@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-from run_helpers import SMALL, gigpo
+from support.run import SMALL, gigpo
 from scipy import stats
 
 

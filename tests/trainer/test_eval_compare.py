@@ -5,7 +5,7 @@ import json
 import shutil
 from pathlib import Path
 
-from run_helpers import SMALL, gigpo
+from support.run import SMALL, gigpo
 
 
 def test_compare_writes_report_and_curves_and_resumes(tmp_path: Path, tiny_model_dir: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from gigpo.trainer.distributed import relaunch_command, relaunch_if_needed
+from support.tolerance import metric_rel, samples_close
 
 WORKER = Path(__file__).parent / "two_rank_worker.py"
 
@@ -37,11 +38,17 @@ def test_two_rank_zero2_update_equals_the_one_rank_update(tiny_model_dir, tmp_pa
         s.logp_old, s.advantage = lp, adv
     metrics = actor.update(samples)
     after = actor.compute_log_probs(samples)
+    config = actor.hf_module().config  # two ranks sum the gradient in another order: reorder bounds
     for mine, theirs in zip(before, result["before"]):
-        torch.testing.assert_close(mine, torch.tensor(theirs), atol=1e-5, rtol=1e-5)
-    assert result["metrics"]["actor/grad_norm"] == pytest.approx(metrics["actor/grad_norm"], rel=1e-4)
-    assert result["metrics"]["loss/policy"] == pytest.approx(metrics["loss/policy"], rel=1e-4, abs=1e-6)
+        torch.testing.assert_close(mine, torch.tensor(theirs), **samples_close(config, samples))
+    rel = metric_rel(config, samples)
+    assert result["metrics"]["actor/grad_norm"] == pytest.approx(metrics["actor/grad_norm"], rel=rel)
+    assert result["metrics"]["loss/policy"] == pytest.approx(metrics["loss/policy"], rel=rel,
+                                                              abs=samples_close(config, samples)["atol"])
     for mine, theirs in zip(after, result["after"]):
+        # after one Adam step: weights whose gradient is near 0 may differ by up to 2 lr from float noise
+        # (support.tolerance.relative_update_gap); their effect on log-probs is kept below 2e-3 here, while
+        # the update itself moves them by more (asserted where it matters)
         torch.testing.assert_close(mine, torch.tensor(theirs), atol=2e-3, rtol=0)
 
 
@@ -67,3 +74,14 @@ def test_relaunch_runs_the_cli_module_as_ranks(tmp_path, monkeypatch, capfd):
     assert relaunch_if_needed(["config", str(recipe), "trainer.lr=3.5e-7"], nprocs=2) == 0
     out = capfd.readouterr().out
     assert out.count("lr: 3.5e-07") == 2  # each rank printed the resolved recipe
+
+
+def test_a_lost_rank_is_explained_and_other_errors_are_not():
+    from gigpo.trainer.distributed import lost_rank_message
+
+    gloo = RuntimeError("[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.77.1.1]:14737. "
+                        "This is typically caused by a remote worker crashing.")
+    message = lost_rank_message(gloo)
+    assert message is not None and "lost the connection to another rank at 10.77.1.1" in message
+    assert "--resume" in message and "Connection closed by peer" in message
+    assert lost_rank_message(RuntimeError("CUDA out of memory")) is None

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM
 from gigpo.config import RecipeError, build_config
 from gigpo.trainer.engines import ActorEngine, CriticEngine, ReferenceModel, settings_from_config
 from gigpo.trainer.lora import AdapterFreeReference, LoraSettings
+from support.tolerance import metric_rel, samples_close
 from trainer_helpers import engine_settings, loss_settings
 
 LORA = LoraSettings(rank=8, alpha=16.0, dropout=0.0, target_modules=("all-linear",))
@@ -63,8 +64,8 @@ def test_reference_is_the_base_model_with_adapters_off(tiny_model_dir, samples):
     with_adapters = actor.compute_log_probs(samples)
     reference = AdapterFreeReference(actor).compute_log_probs(samples)
     base = ReferenceModel(str(tiny_model_dir), dataclasses.replace(SETTINGS, lora=None)).compute_log_probs(samples)
-    for ref, want, trained in zip(reference, base, with_adapters):
-        torch.testing.assert_close(ref, want, atol=1e-6, rtol=0)
+    for ref, want, trained in zip(reference, base, with_adapters):  # the same weights through other modules
+        torch.testing.assert_close(ref, want, **samples_close(actor.hf_module().config, samples))
     assert max(float((t - b).abs().max()) for t, b in zip(with_adapters, base)) > 1e-2, "adapters had no effect"
     # the adapters are back on after the reference pass
     for again, trained in zip(actor.compute_log_probs(samples), with_adapters):
@@ -83,7 +84,7 @@ def test_named_weights_are_merged_under_the_base_names(tiny_model_dir, samples, 
     assert torch.equal(merged["lm_head.weight"], merged["model.embed_tokens.weight"])  # the tied head is untouched
     # the merged model scores like the PeftModel with its adapters
     for got, want in zip([plain_logps(plain, s) for s in samples], actor.compute_log_probs(samples)):
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+        torch.testing.assert_close(got, want, **samples_close(plain.config, samples))  # W + BA merged vs apart
 
 
 def plain_logps(model, sample) -> torch.Tensor:
@@ -144,7 +145,7 @@ def test_checkpoint_keeps_adapters_only_and_resumes_exactly(tiny_model_dir, samp
     # peft's format: the base model plus these files is the trained policy
     peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), str(ckpt / "adapter"))
     for got, want in zip([plain_logps(peft_model.eval(), s) for s in samples], actor.compute_log_probs(samples)):
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+        torch.testing.assert_close(got, want, **samples_close(peft_model.config, samples))
     module_files = list((ckpt / "ds" / "actor").glob("*model_states.pt"))
     assert module_files and sum(f.stat().st_size for f in module_files) < (ckpt / "hf" / "model.safetensors").stat().st_size / 4
 
@@ -185,8 +186,12 @@ def test_two_rank_zero3_lora_update_equals_the_one_rank_update(tiny_model_dir, t
     for s, lp, adv in zip(samples, actor.compute_log_probs(samples), worker.ADVANTAGES):
         s.logp_old, s.advantage = lp, adv
     metrics = actor.update(samples)
-    assert result["metrics"]["actor/grad_norm"] == pytest.approx(metrics["actor/grad_norm"], rel=1e-4)
+    rel = metric_rel(actor.hf_module().config, samples)  # two ranks sum the gradient in another order
+    assert result["metrics"]["actor/grad_norm"] == pytest.approx(metrics["actor/grad_norm"], rel=rel)
     for mine, theirs in zip(actor.compute_log_probs(samples), result["after"]):
+        # after one Adam step: weights whose gradient is near 0 may differ by up to 2 lr from float noise
+        # (support.tolerance.relative_update_gap); their effect on log-probs is kept below 2e-3 here, while
+        # the update itself moves them by more (asserted where it matters)
         torch.testing.assert_close(mine, torch.tensor(theirs), atol=2e-3, rtol=0)
     assert max(abs(a - b) for mine, theirs in zip(actor.compute_log_probs(samples), result["before"])
                for a, b in zip(mine.tolist(), theirs)) > 1e-4, "the LoRA update did not move the log-probs"

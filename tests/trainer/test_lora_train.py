@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gigpo.envs.alfworld import SAMPLE_TASKS_DIR
-from run_helpers import gigpo, train, train_and_kill_in_iteration_3
+from support.run import gigpo, train, train_and_kill_in_iteration_3
 
 LORA = ["model.lora.enabled=true", "model.lora.rank=4", "algorithm.kl_coef=0.01"]
 

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from gigpo.envs.alfworld import SAMPLE_TASKS_DIR
-from run_helpers import gigpo
+from support.run import gigpo
 
 
 def test_alfworld_7b_recipe_one_iteration_with_a_tiny_local_model(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ from gymnasium.utils.env_checker import check_env
 
 import gigpo.envs  # noqa: F401
 from gigpo.envs.pool import EnvPool
-from gigpo.envs.webshop.baselines import evaluate, expert_policy, random_policy
+from gigpo.envs.episode_end import EpisodeOverError
+from gigpo.envs.webshop.baselines import evaluate, expert_policy, make_env, random_policy
 from gigpo.envs.webshop.env import WebShopEnv
 from gigpo.envs.webshop.pages import INSTRUCTION_PREFIX
 from gigpo.envs.webshop.reward import best_options
@@ -37,7 +38,7 @@ def test_check_env_passes_and_info_has_the_contract_keys():
 
 
 def test_pages_follow_webshop_with_the_instruction_on_every_page_and_anchors_without_it():
-    env = _env(num_products=1000, max_steps=30)  # a long walk through every page
+    env = _env(num_products=1000)  # a long walk through every page (unwrapped: no time limit)
     env.reset(seed=5)
     instruction = env.task
     line, noun = env.goal.keywords.split()[0], env.goal.product_type
@@ -95,12 +96,31 @@ def test_invalid_and_unclickable_actions_leave_the_page_and_cost_the_penalty():
         assert after == page and reward == -0.25 and not info["action_valid"], action
 
 
-def test_episodes_are_truncated_after_fifteen_steps_invalid_ones_included():
-    env = _env()
+def test_episodes_are_truncated_after_fifteen_steps_invalid_ones_included_and_then_refuse_steps():
+    env = gym.make("gigpo/WebShop-v0", num_products=SMALL)  # the registered default limit: 15
     env.reset(seed=2)
     for step in range(1, 16):
         _, _, terminated, truncated, _ = env.step("nonsense")
         assert not terminated and truncated == (step == 15)
+    with pytest.raises(EpisodeOverError, match="truncated after 15 step"):  # no Buy Now (and pay) after the end
+        env.step("<action>click[buy now]</action>")
+    env.reset(seed=2)
+    assert not env.step("nonsense")[3]  # a new episode starts its own count
+
+
+def test_a_step_after_the_purchase_is_refused_and_non_text_actions_are_invalid():
+    env = make_env(15, num_products=SMALL)
+    observation, _ = env.reset(seed=3)
+    for action in (None, 7, 2.5, b"<action>search[shoes]</action>", ["search[shoes]"]):
+        after, reward, terminated, truncated, info = env.step(action)
+        assert after == observation and reward == -0.1 and not terminated and not info["action_valid"]
+        assert info["invalid_reason"] == f"the action must be text (str), not {type(action).__name__}"
+    shop = env.unwrapped
+    while not (result := env.step(f"<action>{shop.expert_action()}</action>"))[2]:
+        pass
+    assert result[1] == 1.0
+    with pytest.raises(EpisodeOverError, match="terminated"):
+        env.step("<action>click[buy now]</action>")
 
 
 def test_buy_now_scores_attributes_options_price_and_type():
@@ -135,16 +155,16 @@ def test_buy_now_scores_attributes_options_price_and_type():
 
 
 def test_the_expert_earns_reward_one_on_every_one_of_500_goals():
-    env = _env(num_products=1300)
-    assert len(env.catalogue.goals) >= 500
-    outcomes = evaluate(env, range(len(env.catalogue.goals)), expert_policy)
+    env = make_env(15, num_products=1300)
+    assert len(env.unwrapped.catalogue.goals) >= 500
+    outcomes = evaluate(env, range(len(env.unwrapped.catalogue.goals)), expert_policy)
     assert all(o.won and o.reward == 1.0 for o in outcomes), [o for o in outcomes if not o.won][:3]
     assert max(o.steps for o in outcomes) <= 15
 
 
 def test_a_random_policy_scores_far_below_the_expert():
-    env = _env(num_products=1000)
-    outcomes = evaluate(env, list(env.goal_indices)[:100], random_policy(seed=0))
+    env = make_env(15, num_products=1000)
+    outcomes = evaluate(env, list(env.unwrapped.goal_indices)[:100], random_policy(seed=0))
     mean = sum(o.reward for o in outcomes) / len(outcomes)
     assert 0.0 < mean < 0.5 and sum(o.won for o in outcomes) < 20
 

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 from gigpo.config import load_config
-from gigpo.envs.webshop.baselines import evaluate, expert_policy, random_policy
-from gigpo.envs.webshop.env import WebShopEnv
+from gigpo.envs.webshop.baselines import evaluate, expert_policy, make_env, random_policy
 
 
 def test_webshop_tiny_test_split_expert_perfect_random_policy_far_below():
     config = load_config("recipes/webshop_tiny.yaml", [])
-    env = WebShopEnv(**{**config.env.kwargs, **config.env.eval_kwargs}, max_steps=config.env.max_steps)
-    goals = list(env.goal_indices)
+    env = make_env(config.env.max_steps, **{**config.env.kwargs, **config.env.eval_kwargs})
+    goals = list(env.unwrapped.goal_indices)
     assert len(goals) == config.env.eval_episodes == 12  # evaluation visits each test goal once
     expert = evaluate(env, goals, expert_policy)
     assert all(o.reward == 1.0 for o in expert)

@@ -17,7 +17,8 @@ Action space
 Reward
     `win_reward` (10, as in the GiGPO paper) on the step that wins, else 0.
 Episode end
-    terminated when won; truncated after `max_steps` steps (invalid ones count).
+    terminated when won; truncated by Gymnasium's TimeLimit after `env.max_steps` steps (`max_episode_steps`,
+    default 50; invalid ones count); a step after either raises EpisodeOverError.
 Anchor
     `anchor="observation"`: the observation text. `anchor="state"`: where the agent is, what it
     holds, what is open, which objects are hot/cool/clean/toggled/sliced and which were moved,
@@ -34,7 +35,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Literal, Optional, Sequence
 
 from gigpo.envs.alfworld.data import find_tasks
-from gigpo.envs.alfworld.game import MAX_STEPS, TaskFiles, expert_action, load_game_data, load_into, make_engine
+from gigpo.envs.alfworld.game import TaskFiles, expert_action, load_game_data, load_into, make_engine
 from gigpo.envs.base import AgentEnv, rng_seed
 
 WELCOME_BANNER = "-= Welcome to TextWorld, ALFRED! =-"
@@ -97,7 +98,6 @@ class ALFWorldEnv(AgentEnv):
         task_types: Optional[Sequence[str]] = None,
         anchor: Literal["observation", "state"] = "observation",
         expert: bool = False,
-        max_steps: int = MAX_STEPS,
         win_reward: float = 10.0,
         invalid_action_penalty: float = 0.1,
         render_mode: Optional[str] = None,
@@ -105,20 +105,16 @@ class ALFWorldEnv(AgentEnv):
         super().__init__(invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
         if anchor not in ("observation", "state"):
             raise ValueError(f"anchor={anchor!r} must be 'observation' or 'state'")
-        if max_steps < 1:
-            raise ValueError(f"max_steps={max_steps} must be at least 1")
         self.tasks: list[TaskFiles] = find_tasks(data_path, split, task_types)
         self.split = split
         self.anchor_mode = anchor
         self.with_expert = bool(expert)
-        self.max_steps = int(max_steps)
         self.win_reward = float(win_reward)
         self._engine = make_engine(expert=self.with_expert)
         self._loaded: Optional[TaskFiles] = None
         self._task_files: Optional[TaskFiles] = None
         self._state: Any = None
         self._seed: Optional[int] = None
-        self._steps = 0
         self._initial_placements: frozenset[tuple[str, str]] = frozenset()
         self._random_state = random.Random(0).getstate()
 
@@ -134,10 +130,7 @@ class ALFWorldEnv(AgentEnv):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._state is None:
             raise RuntimeError("call reset() before step()")
-        observation, reward, terminated, _, info = super().step(action)
-        self._steps += 1
-        truncated = not terminated and self._steps >= self.max_steps
-        return observation, reward, terminated, truncated, info
+        return super().step(action)
 
     # ------------------------------------------------------------------ AgentEnv hooks
     def _reset(self, options: Optional[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
@@ -153,7 +146,6 @@ class ALFWorldEnv(AgentEnv):
                 self._loaded = task
             self._state = self._engine.reset()
         self._task_files = task
-        self._steps = 0
         self._initial_placements = frozenset(
             tuple(_args(f)) for f in self._state["facts"] if f.name == "inreceptacle"  # type: ignore[misc]
         )

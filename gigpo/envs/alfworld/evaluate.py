@@ -87,9 +87,9 @@ def evaluate(
     if episodes < 1:
         raise ValueError(f"episodes={episodes} must be at least 1")
     kwargs = {"data_path": data_path, "split": split, "task_types": list(task_types) if task_types else None,
-              "max_steps": max_steps, **(env_kwargs or {})}
+              **(env_kwargs or {})}
     seeds = [seed_start + i for i in range(episodes)]
-    with EnvPool(ENV_ID, kwargs, workers=workers) as pool:
+    with EnvPool(ENV_ID, kwargs, max_steps=max_steps, workers=workers) as pool:
         views = pool.reset(seeds, group_size=1)
         while True:
             live = [v for v in views if not v.done]

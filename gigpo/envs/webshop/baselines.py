@@ -12,8 +12,10 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+import gymnasium as gym
 import numpy as np
 
+import gigpo.envs  # noqa: F401  (registers gigpo/WebShop-v0)
 from gigpo.envs.webshop.env import WebShopEnv
 
 Policy = Callable[[WebShopEnv], Optional[str]]
@@ -45,21 +47,28 @@ def random_policy(seed: int = 0) -> Policy:
     return act
 
 
-def play(env: WebShopEnv, goal_index: int, policy: Policy) -> Outcome:
-    """One episode on goal `goal_index`; the last step's reward is the purchase's (0 when nothing was bought)."""
+def make_env(max_steps: int, **kwargs) -> gym.Env:
+    """gigpo/WebShop-v0 as training makes it: truncated after `max_steps` steps by Gymnasium's TimeLimit."""
+    return gym.make("gigpo/WebShop-v0", max_episode_steps=max_steps, **kwargs)
+
+
+def play(env: gym.Env, goal_index: int, policy: Policy) -> Outcome:
+    """One episode on goal `goal_index` of `env` (from `make_env`: the time limit ends a policy that never
+    buys); the last step's reward is the purchase's (0 when nothing was bought)."""
     env.reset(options={"goal_index": goal_index})
+    shop: WebShopEnv = env.unwrapped
     reward, steps, done, info = 0.0, 0, False, {}
     while not done:
-        action = policy(env)
+        action = policy(shop)
         if action is None:
-            raise RuntimeError(f"goal {goal_index}: the policy has no action on page {env.state.kind!r}")
+            raise RuntimeError(f"goal {goal_index}: the policy has no action on page {shop.state.kind!r}")
         _, reward, terminated, truncated, info = env.step(f"<action>{action}</action>")
         steps, done = steps + 1, terminated or truncated
     purchase = info.get("purchase")
     return Outcome(goal_index, purchase["reward"] if purchase else 0.0, bool(info["won"]), steps)
 
 
-def evaluate(env: WebShopEnv, goal_indices: Sequence[int], policy: Policy) -> list[Outcome]:
+def evaluate(env: gym.Env, goal_indices: Sequence[int], policy: Policy) -> list[Outcome]:
     return [play(env, i, policy) for i in goal_indices]
 
 
@@ -80,10 +89,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--episodes-per-goal", type=int, default=1, help="random policy episodes per goal")
     parser.add_argument("--seed", type=int, default=0, help="random policy seed")
     args = parser.parse_args(argv)
-    env = WebShopEnv(num_products=args.num_products, catalogue_seed=args.catalogue_seed, split=args.split,
-                     max_steps=args.max_steps)
-    goals = list(env.goal_indices)
-    print(f"catalogue: {len(env.catalogue.products)} products, {len(env.catalogue.goals)} goals; "
+    env = make_env(args.max_steps, num_products=args.num_products, catalogue_seed=args.catalogue_seed, split=args.split)
+    shop: WebShopEnv = env.unwrapped
+    goals = list(shop.goal_indices)
+    print(f"catalogue: {len(shop.catalogue.products)} products, {len(shop.catalogue.goals)} goals; "
           f"split {args.split}: {len(goals)} goals")
     print("expert: " + summary(evaluate(env, goals, expert_policy)))
     policy = random_policy(args.seed)

@@ -105,7 +105,7 @@ class Catalogue:
         if self._index is None:
             from gigpo.envs.webshop.search import SearchIndex
 
-            self._index = SearchIndex(self.products)
+            self._index = SearchIndex([(p.asin, p.search_text()) for p in self.products])
         return self._index
 
     def split_range(self, split: str) -> range:

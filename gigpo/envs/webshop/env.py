@@ -19,7 +19,8 @@ Reward
     times a product-type match (see `reward.py`); 0 on other steps. Success (`won`) is a reward of
     exactly 1; WebShop's score is 100 x the mean reward.
 Episode end
-    terminated at Buy Now; truncated after `max_steps` (15) steps, invalid ones included.
+    terminated at Buy Now; truncated by Gymnasium's TimeLimit after `env.max_steps` steps (`max_episode_steps`,
+    default 15), invalid ones included; a step after either raises EpisodeOverError.
 Goals
     A fixed goal list split by index (test, eval, train; `Catalogue.split_range`). The reset seed picks
     goal `split[seed % len(split)]`; `options={"goal_index": i}` picks goal i of the whole list.
@@ -47,7 +48,6 @@ from gigpo.envs.webshop.pages import (
 )
 from gigpo.envs.webshop.reward import best_options, score_purchase
 
-MAX_STEPS = 15
 DATA_ENV_VAR = "WEBSHOP_DATA"
 _ACTION_RE = re.compile(r"^(search|click)\s*\[(.*)\]$", re.DOTALL | re.IGNORECASE)
 
@@ -85,24 +85,19 @@ class WebShopEnv(AgentEnv):
         split: str = "train",
         data_path: Optional[str] = None,
         human_goals: bool = True,
-        max_steps: int = MAX_STEPS,
         invalid_action_penalty: float = 0.1,
         render_mode: Optional[str] = None,
     ) -> None:
         super().__init__(invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
-        if max_steps < 1:
-            raise ValueError(f"max_steps={max_steps} must be at least 1")
         self.catalogue = load_catalogue(data_path, num_products, catalogue_seed, human_goals)
         self.goal_indices = self.catalogue.split_range(split)
         self.split = split
-        self.max_steps = int(max_steps)
         self._fuzzy = self.catalogue.source == "official"
         self._seed: Optional[int] = None
         self._goal_index = -1
         self.goal: Optional[Goal] = None
         self.state = PageState()
         self._body = ""
-        self._steps = 0
         self._searched: set[str] = set()
         self._matches: dict[str, bool] = {}
 
@@ -114,10 +109,7 @@ class WebShopEnv(AgentEnv):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.goal is None:
             raise RuntimeError("call reset() before step()")
-        observation, reward, terminated, _, info = super().step(action)
-        self._steps += 1
-        truncated = not terminated and self._steps >= self.max_steps
-        return observation, reward, terminated, truncated, info
+        return super().step(action)
 
     # ------------------------------------------------------------------ AgentEnv hooks
     def _reset(self, options: Optional[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
@@ -127,7 +119,7 @@ class WebShopEnv(AgentEnv):
             raise ValueError(f"goal_index={index} must be in [0, {len(self.catalogue.goals)})")
         self._goal_index, self.goal = index, self.catalogue.goals[index]
         self.task, self.task_type = self.goal.instruction, self.goal.department
-        self.state, self._steps, self._searched, self._matches = PageState(), 0, set(), {}
+        self.state, self._searched, self._matches = PageState(), set(), {}
         return self._render(), self._extra()
 
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:

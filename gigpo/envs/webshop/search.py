@@ -13,8 +13,6 @@ from typing import Sequence
 import bm25s
 import numpy as np
 
-from gigpo.envs.webshop.catalogue import Product
-
 SEARCH_RETURN_N = 50
 
 
@@ -23,11 +21,14 @@ def _tokenize(texts: list[str]) -> list[list[str]]:
 
 
 class SearchIndex:
-    def __init__(self, products: Sequence[Product]) -> None:
-        if not products:
+    """BM25 over (product id, indexed text) pairs; takes plain strings, so the catalogue can own an index
+    without this module importing the catalogue back."""
+
+    def __init__(self, documents: Sequence[tuple[str, str]]) -> None:
+        if not documents:
             raise ValueError("cannot index an empty catalogue")
-        self.asins = [p.asin for p in products]
-        corpus = bm25s.tokenize([p.search_text() for p in products], stopwords="en", show_progress=False)
+        self.asins = [asin for asin, _ in documents]
+        corpus = bm25s.tokenize([text for _, text in documents], stopwords="en", show_progress=False)
         self.vocab: dict[str, int] = corpus.vocab
         self.retriever = bm25s.BM25()
         self.retriever.index(corpus, show_progress=False)

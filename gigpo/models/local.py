@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Optional
+
+from gigpo.models.cache import default_cache_dir
 
 FACTORY_VERSION = 1
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
@@ -58,13 +59,9 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("GIGPO_CACHE", Path.home() / ".cache" / "gigpo")) / "models"
-
-
 def default_corpus() -> str:
     """Text the default tokenizer is trained on: gigpo's own prompt vocabulary."""
-    return (Path(__file__).parent / "data" / "corpus.txt").read_text()
+    return (Path(__file__).parents[1] / "data" / "corpus.txt").read_text()
 
 
 def _build_tokenizer(corpus_lines: Iterable[str], vocab_size: int):
@@ -166,16 +163,3 @@ def cached_local_model(preset: str, corpus_path: Optional[str] = None, seed: int
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final
-
-
-def resolve_model_path(path: Optional[str], init: Optional[str], corpus: Optional[str] = None, seed: int = 0) -> str:
-    """What every loader gets: an HF id or directory as given, a pinned pretrained model's cached
-    conversion (fetched on first use, gigpo.pretrained), or the cached local build."""
-    if path:
-        from gigpo.pretrained import resolve_pinned
-
-        pinned = resolve_pinned(path)
-        return str(pinned) if pinned is not None else path
-    if init:
-        return str(cached_local_model(init, corpus, seed))
-    raise ValueError("no model: set model.path or model.init")

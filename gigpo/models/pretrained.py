@@ -20,13 +20,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-from gigpo.local_model import default_cache_dir
+from gigpo.models.cache import default_cache_dir
+from gigpo.models.chat_template import fix_hint, load_template, missing_markers
 
 CONVERTER_VERSION = 1
 """Bumped when conversion changes what lands in the cache; part of each cached directory's name."""
@@ -38,6 +40,10 @@ class ModelFetchError(RuntimeError):
 
 class UnsupportedModelError(ValueError):
     """A GGUF file whose architecture transformers cannot load."""
+
+
+class ChatTemplateWarning(UserWarning):
+    """A converted tokenizer has no chat template, or one whose turn tokens it lacks."""
 
 
 @dataclass(frozen=True)
@@ -171,11 +177,16 @@ def check_architecture(gguf_path: Path) -> str:
     return arch
 
 
-def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "bf16") -> Path:
-    """Dequantise a GGUF model into a Hugging Face directory (safetensors in `dtype`, tokenizer, template)."""
+def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "bf16",
+                 chat_template: Optional[str] = None) -> Path:
+    """Dequantise a GGUF model into a Hugging Face directory (safetensors in `dtype`, tokenizer, template).
+
+    `chat_template` (a name or a Jinja file, gigpo.models.chat_template) replaces the file's own template;
+    without one, a file that has none (a base model) converts with a ChatTemplateWarning naming the fixes."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+    template = load_template(chat_template) if chat_template is not None else None  # a bad name fails first
     gguf_path = Path(gguf_path)
     if not gguf_path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {gguf_path}")
@@ -184,6 +195,17 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "bf16"
     arch = check_architecture(gguf_path)
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    if template is not None:
+        tokenizer.chat_template = template  # before the end-of-turn ids below, which read it
+        missing = missing_markers(tokenizer, chat_template)
+        if missing:
+            warnings.warn(ChatTemplateWarning(
+                f"{name}: the {chat_template} template writes {', '.join(missing)}, which this tokenizer does "
+                f"not have as tokens; the model was likely trained with another chat format"), stacklevel=2)
+    elif not getattr(tokenizer, "chat_template", None):
+        warnings.warn(ChatTemplateWarning(
+            f"{name} has no chat template (no tokenizer.chat_template field, common for base models), so the "
+            f"converted tokenizer has none and `gigpo train` refuses it as it is: " + fix_hint(name)), stacklevel=2)
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     config = loaded.config
     if hasattr(config, "quantization_config"):

@@ -1,0 +1,95 @@
+"""How fast a model learns to read the grid: greedy success against supervised warm-up steps (issue 24, E4).
+
+    PYTHONPATH=. python benchmarks/learnability.py --recipe recipes/sokoban_long.yaml \
+        --steps 100,150,175,250,400 --episodes 200 --variant theta1e6:rope_theta=1000000 --variant theta1e4:rope_theta=10000
+
+Each variant starts from the recipe's local model (`model.init`, same random weights and tokenizer) with
+config.json fields changed (RoPE has no weights, so `rope_theta=` is exactly a different position code on
+the same initial weights). The warm-up is gigpo's own (`supervised_warmup`, same demonstrations, batches
+and seed as the recipe's); at each listed step the model is copied into an HF generator and played greedily
+on held-out tasks through the real env pool and rollout, as `gigpo train` evaluates. Prints one row per
+variant and step, and a final table. CPU-heavy: run it on an idle machine (the load average is printed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from gigpo.config import load_config
+from gigpo.envs.demos import collect_demonstrations
+from gigpo.models.resolve import resolve_model_path
+from gigpo.rollout.hf_backend import HFGenerator
+from gigpo.trainer.loop import build_pool, build_prompt_fn, evaluate
+from gigpo.trainer.warmup import response_ids, supervised_warmup
+
+
+def variant_model(base: str, changes: dict[str, float], out: Path) -> str:
+    shutil.copytree(base, out)
+    config = json.loads((out / "config.json").read_text())
+    config.update(changes)
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    return str(out)
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, float]]:
+    name, _, rest = text.partition(":")
+    changes = {}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        changes[key] = json.loads(value)
+    return name, changes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", default="recipes/sokoban_long.yaml")
+    parser.add_argument("--steps", default="100,150,175,250,400")
+    parser.add_argument("--episodes", type=int, default=200)
+    parser.add_argument("--variant", action="append", default=[], help="NAME:key=value,... (config.json fields)")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    config = load_config(args.recipe, [*args.overrides, "logging.progress=false", f"env.eval_episodes={args.episodes}"])
+    checkpoints = sorted(int(s) for s in args.steps.split(","))
+    variants = [parse_variant(v) for v in args.variant] or [("preset", {})]
+    t, e = config.trainer, config.env
+    base = resolve_model_path(config.model.path, config.model.init, config.model.corpus, config.model.seed)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, build_pool(config) as pool:
+        eval_pool = build_pool(config, evaluation=True) if e.eval_kwargs else pool
+        seed = t.seed if t.sft_seed is None else t.sft_seed  # the recipe's own demonstrations, as warm_up() makes them
+        demo_seeds = [e.train_seed_start + 5_000_000_000 + seed * 100_000 + i for i in range(t.sft_rooms)]
+        demos = collect_demonstrations(pool, demo_seeds, explore=1.0 - t.sft_expert_share, seed=seed)
+        for name, changes in variants:
+            model_path = variant_model(base, changes, Path(tmp) / name)
+            generator = HFGenerator(model_path, dtype="fp32")
+            prompt_fn = build_prompt_fn(config, generator.tokenizer)
+            pairs = [(p, response_ids(generator.tokenizer, d.action)) for p, d in zip(prompt_fn([d.view for d in demos]), demos)]
+            started = time.perf_counter()
+
+            def score(step: int, model) -> None:
+                if step not in checkpoints:
+                    return
+                generator.update_weights(((k, v.detach()) for k, v in model.state_dict().items()), version=step)
+                success = evaluate(config, eval_pool, generator, prompt_fn)["eval/success"]
+                rows.append((name, step, success))
+                print(f"{name}: step {step} greedy success {success:.1%} ({args.episodes} held-out tasks, "
+                      f"{time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.1f})", flush=True)
+
+            supervised_warmup(model_path, Path(tmp) / f"{name}-out", pairs, max(checkpoints), t.sft_lr, t.sft_batch_size,
+                              seed, progress=False, dtype=config.model.dtype, after_step=score)
+            generator.close()
+        if eval_pool is not pool:
+            eval_pool.close()
+    print("\n| variant | " + " | ".join(f"{s} steps" for s in checkpoints) + " |")
+    print("|---|" + "---|" * len(checkpoints))
+    for name, _ in variants:
+        print(f"| {name} | " + " | ".join(f"{100 * s:.1f}%" for n, _, s in rows if n == name) + " |")
+
+
+if __name__ == "__main__":
+    main()

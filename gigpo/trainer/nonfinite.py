@@ -1,0 +1,23 @@
+"""The one exception for NaN/inf in training, and the one guard that raises it.
+
+Wherever a NaN appears (a reward, an advantage, a log-prob, a loss, a gradient), training stops before
+anything corrupt is saved and `gigpo train` prints "training stopped: ..." and exits with code 3.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class NonFiniteError(FloatingPointError):
+    """NaN or inf in training state; raised on every rank at once. `gigpo train` exits with code 3."""
+
+
+def require_finite(name: str, values: Any, where: str) -> None:
+    """Raise NonFiniteError naming `name`, `where` and the first bad index if `values` hold a NaN or inf."""
+    array = np.asarray(values, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(array))
+    if bad.size:
+        raise NonFiniteError(f"{where}: {name} has {bad.size} non-finite value(s) (first at index {int(bad[0])}: "
+                             f"{array.flat[bad[0]]}); stopping before anything is saved")

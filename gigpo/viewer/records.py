@@ -1,0 +1,233 @@
+"""Rollout records for `gigpo view`: a bounded, gzipped JSONL snapshot of one iteration's episodes.
+
+The trainer writes RUN_DIR/records/{iteration:06d}-{phase}.jsonl.gz, where phase is "train" (the
+episodes the update used, with their advantages; every `logging.rollouts_every` iterations and the
+last) or "eval" (the greedy evaluation episodes, no advantages; at every evaluation). Line 1 is a
+header, every further line one trajectory with its steps in order:
+
+    {"kind": "header", "format": 1, "iteration": 40, "phase": "train", "estimator": "gigpo", "gamma": 0.95,
+     "groups_total": 16, "groups_kept": 16, "trajs_kept": 128, "steps_total": 601, "steps_kept": 601,
+     "seeds": [...], "max_bytes": 8000000, "max_chars": 1000, ...}
+    {"kind": "traj", "group": 3, "traj": 25, "seed": 1234, "won": true, "return": 0.8, "length": 4,
+     "invalid_steps": 0, "task_type": "", "error": null, "steps": [STEP, ...]}
+
+    STEP = {"t": 0, "obs": "...", "response": "...", "action": "left" | null, "valid": true, "reason": "",
+            "reward": -0.1, "return": 0.7, "anchor": "9f1c...", "sg": 12, "sg_size": 5,
+            "adv_episode": 0.3, "adv_step": -0.2, "adv": 0.1, "value": null, "version": 39, "cut": false}
+
+`return` is the discounted return R_t; `sg` numbers the step groups of the record (rows of one group
+with the same anchor, or similar anchor text under algorithm.similarity: the grouping GiGPO uses, and
+would use for the other estimators); `adv*` are the estimator's parts as the update used them (null
+in eval records, and where the estimator has no such part: GRPO's and RLOO's step part, PPO's both).
+Numbers are rounded to 6 decimals. Size is bounded by `logging.rollouts_max_mb` of JSON before gzip:
+whole groups are kept in order while they fit, and the header counts the rest.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+import numpy as np
+
+FORMAT = 1
+ABSENT_PARTS = {"grpo": ("step_advantage",), "rloo": ("step_advantage",), "ppo": ("episode_advantage", "step_advantage")}
+"""Advantage parts an estimator does not have (its AdvantageResult holds zeros there): recorded as null."""
+RECORDS_DIR = "records"
+PHASES = ("train", "eval")
+
+
+def record_name(iteration: int, phase: str) -> str:
+    """The file stem of a record (what the viewer's URLs name): e.g. 000040-train."""
+    return f"{iteration:06d}-{phase}"
+
+
+def cut_text(text: str, max_chars: int) -> tuple[str, bool]:
+    """`text` shortened to about max_chars by dropping its middle (start and end say the most), and whether it was."""
+    if len(text) <= max_chars:
+        return text, False
+    keep = max(max_chars - 24, 2)
+    head, tail = keep // 2, keep - keep // 2
+    return f"{text[:head]} …[{len(text) - keep} chars cut]… {text[len(text) - tail:]}", True
+
+
+def _num(x: Any) -> Optional[float]:
+    """A JSON-safe rounded float (None for missing or non-finite values, which JSON cannot hold)."""
+    if x is None:
+        return None
+    x = float(x)
+    return round(x, 6) if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class StepColumns:
+    """Per-row arrays beside the rollout's steps (all (N,), in the steps' order)."""
+
+    returns: np.ndarray                        # (N,) float64 discounted return R_t
+    step_group: np.ndarray                     # (N,) int64 dense step-group id
+    advantage: Optional[np.ndarray] = None     # (N,) float64 final advantage (None: eval)
+    episode_advantage: Optional[np.ndarray] = None
+    step_advantage: Optional[np.ndarray] = None
+    value: Optional[np.ndarray] = None         # (N,) float64 critic value (PPO)
+
+
+def step_columns(steps: Sequence[Any], gamma: float, similarity: Optional[float], result: Any = None,
+                 rows: Any = None, estimator: str = "") -> StepColumns:
+    """Returns and step groups of `steps` (recomputed with the estimators' own pure functions), plus the
+    advantage parts of `result` (the AdvantageResult of `estimator` for these rows) when given."""
+    from gigpo.advantage.anchors import anchor_keys
+    from gigpo.advantage.estimators import step_groups
+    from gigpo.advantage.rows import StepRows
+
+    if rows is None:
+        texts = [s.anchor for s in steps]
+        rows = StepRows(group=np.array([s.group for s in steps], dtype=np.int64),
+                        traj=np.array([s.traj for s in steps], dtype=np.int64),
+                        step=np.array([s.step for s in steps], dtype=np.int64),
+                        reward=np.array([s.reward for s in steps], dtype=np.float64),
+                        anchor=anchor_keys(texts), anchor_text=texts)
+    returns = rows.layout.reverse_discounted_sum(rows.reward, gamma)
+    group_of_step, _ = step_groups(rows, rows.layout, similarity)
+    if result is None:
+        return StepColumns(returns, group_of_step, value=rows.value)
+    absent = ABSENT_PARTS.get(estimator, ())
+    return StepColumns(returns, group_of_step, result.advantage,
+                       None if "episode_advantage" in absent else result.episode_advantage,
+                       None if "step_advantage" in absent else result.step_advantage, rows.value)
+
+
+def build_record(header: dict[str, Any], steps: Sequence[Any], episodes: Sequence[Any], columns: StepColumns,
+                 max_bytes: int, max_chars: int) -> list[str]:
+    """The record's JSON lines (header first): whole groups in group order while they fit in max_bytes."""
+    from gigpo.advantage.anchors import anchor_key
+
+    sg_size = (np.bincount(columns.step_group)[columns.step_group] if len(steps) else np.zeros(0, dtype=np.int64)).tolist()
+    step_group, returns = columns.step_group.tolist(), columns.returns.tolist()
+    part = {name: None if getattr(columns, name) is None else getattr(columns, name).tolist()  # lists: fast indexing
+            for name in ("advantage", "episode_advantage", "step_advantage", "value")}
+    by_traj: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i, s in enumerate(steps):
+        by_traj[(s.group, s.traj)].append(i)
+    episode_of = {(e.group, e.traj): e for e in episodes}
+    groups: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for key in sorted(by_traj):
+        groups[key[0]].append(key)
+
+    def parts(name: str, i: int) -> Optional[float]:
+        return None if part[name] is None else _num(part[name][i])
+
+    def step_json(i: int) -> dict[str, Any]:
+        s = steps[i]
+        obs, obs_cut = cut_text(s.observation, max_chars)
+        response, response_cut = cut_text(s.response, max_chars)
+        return {"t": int(s.step), "obs": obs, "response": response, "action": None if s.action is None else str(s.action), "valid": bool(s.action_valid),
+                "reason": s.invalid_reason, "reward": _num(s.reward), "return": _num(returns[i]),
+                "anchor": f"{anchor_key(s.anchor) & (2**64 - 1):016x}", "sg": step_group[i], "sg_size": sg_size[i], "adv_episode": parts("episode_advantage", i),
+                "adv_step": parts("step_advantage", i), "adv": parts("advantage", i), "value": parts("value", i),
+                "version": int(s.policy_version), "cut": obs_cut or response_cut,
+                "truncated_response": bool(s.truncated_response)}
+
+    def traj_json(key: tuple[int, int]) -> dict[str, Any]:
+        rows = sorted(by_traj[key], key=lambda i: steps[i].step)
+        e = episode_of.get(key)
+        summary = ({"seed": e.seed, "won": bool(e.won), "return": _num(e.episode_return), "length": e.length,
+                    "invalid_steps": e.invalid_steps, "task_type": e.task_type, "error": e.error} if e is not None else
+                   {"seed": None, "won": None, "return": _num(sum(steps[i].reward for i in rows)), "length": len(rows),
+                    "invalid_steps": sum(not steps[i].action_valid for i in rows), "task_type": "", "error": None})
+        return {"kind": "traj", "group": int(key[0]), "traj": int(key[1]), **summary,
+                "steps": [step_json(i) for i in rows]}
+
+    lines: list[str] = []
+    used = 0
+    kept_groups, seeds = 0, []
+    trajs_kept = steps_kept = 0
+    budget = max_bytes - 4096  # room for the header, written last
+    for group, keys in groups.items():
+        group_lines = [json.dumps(traj_json(k), ensure_ascii=False) + "\n" for k in keys]
+        size = sum(len(line.encode("utf-8")) for line in group_lines)
+        if used + size > budget:
+            break  # groups stay whole: a group view needs all its trajectories
+        lines += group_lines
+        used += size
+        kept_groups += 1
+        trajs_kept += len(keys)
+        steps_kept += sum(len(by_traj[k]) for k in keys)
+        first = episode_of.get(keys[0])
+        seeds.append(first.seed if first is not None else None)
+    head = {"kind": "header", "format": FORMAT, **header, "groups_total": len(groups), "groups_kept": kept_groups,
+            "trajs_kept": trajs_kept, "steps_total": len(steps), "steps_kept": steps_kept, "seeds": seeds,
+            "max_bytes": max_bytes, "max_chars": max_chars}
+    return [json.dumps(head) + "\n", *lines]
+
+
+def write_record(path: Path, lines: Iterable[str]) -> Path:
+    """Write gzipped lines atomically (a crash leaves the old file or none, never half a record)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as f:
+        f.writelines(lines)
+    os.replace(tmp, path)
+    return path
+
+
+@dataclass
+class RolloutRecorder:
+    """What the training loop calls; holds the logging settings and the values a record header names."""
+
+    run_dir: Path
+    every: int
+    max_bytes: int
+    max_chars: int
+    gamma: float
+    similarity: Optional[float]
+    header: dict[str, Any]
+
+    @classmethod
+    def from_config(cls, config: Any, run_dir: Path) -> "RolloutRecorder":
+        lg, a, e = config.logging, config.algorithm, config.env
+        header = {"estimator": a.estimator, "gamma": a.gamma, "step_weight": a.step_weight, "norm": a.norm,
+                  "episode_stats": a.episode_stats, "similarity": a.similarity, "env": e.id, "group_size": e.group_size,
+                  "max_steps": e.max_steps}
+        return cls(Path(run_dir), lg.rollouts_every, int(lg.rollouts_max_mb * 1e6), lg.rollouts_max_chars, a.gamma,
+                   a.similarity, header)
+
+    def path(self, iteration: int, phase: str) -> Path:
+        return self.run_dir / RECORDS_DIR / f"{record_name(iteration, phase)}.jsonl.gz"
+
+    def _write(self, iteration: int, phase: str, steps: Sequence[Any], episodes: Sequence[Any],
+               make_columns: Callable[[], StepColumns]) -> Optional[Path]:
+        header = {**self.header, "iteration": iteration, "phase": phase}
+        if phase == "eval":
+            header["group_size"] = 1
+        try:
+            lines = build_record(header, steps, episodes, make_columns(), self.max_bytes, self.max_chars)
+            return write_record(self.path(iteration, phase), lines)
+        except Exception as exc:  # a record is a diagnostic: never lose a training run over it (a full disk, ...)
+            print(f"gigpo: the {phase} rollout record of iteration {iteration} failed ({type(exc).__name__}: {exc}); "
+                  "training goes on", flush=True)
+            return None
+
+    def after_advantage(self, iteration: int, last: bool, steps: Sequence[Any], episodes: Sequence[Any], rows: Any,
+                        result: Any) -> Optional[Path]:
+        """Record the update's episodes when due (every `rollouts_every` iterations, and the last)."""
+        if not self.every or not (iteration % self.every == 0 or last):
+            return None
+        used = {s.group for s in steps}  # dynamic sampling may have dropped groups from the update
+        return self._write(iteration, "train", steps, [e for e in episodes if e.group in used],
+                           lambda: step_columns(steps, self.gamma, self.similarity, result, rows, self.header["estimator"]))
+
+    def eval_hook(self, iteration: int) -> Optional[Callable[[Any], None]]:
+        """The `on_rollout` callback for evaluate(): records the evaluation's episodes (None when records are off)."""
+        if not self.every:
+            return None
+
+        def record(result: Any) -> None:
+            self._write(iteration, "eval", result.steps, result.episodes,
+                        lambda: step_columns(result.steps, self.gamma, self.similarity))
+
+        return record

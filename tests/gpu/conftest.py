@@ -1,0 +1,26 @@
+"""tests/gpu: the CPU tests' own functions and fixtures, run again on CUDA (docs/gpu.md says how).
+
+The CPU test modules are imported from here (tests/ and tests/trainer on sys.path), so a GPU test
+module mostly names which CPU tests to collect again; what only a GPU can check is written here. Without
+CUDA every module is still collected and each test is skipped with the reason, so `pytest tests/gpu`
+exits 0 on CPU machines.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+for _path in (TESTS, TESTS / "trainer"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from rollout.conftest import vllm_generator  # noqa: E402,F401  (the CPU tests' engine fixture, on CUDA here)
+
+import os  # noqa: E402
+
+import torch  # noqa: E402
+
+if torch.cuda.is_available() and os.environ.get("DS_ACCELERATOR") == "cpu":
+    # tests/conftest.py defaults DeepSpeed to the CPU for the CPU suite; here the ranks must use the GPU
+    os.environ["DS_ACCELERATOR"] = "cuda"

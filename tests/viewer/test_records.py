@@ -1,0 +1,129 @@
+"""Rollout records: what the trainer writes for `gigpo view`, checked against the estimators' own outputs."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from viewer_helpers import make_recorder, synthetic_rollout
+
+from gigpo.viewer.records import cut_text, record_name
+
+
+def read_lines(path: Path) -> tuple[dict, list[dict]]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f]
+    return lines[0], lines[1:]
+
+
+def test_train_record_holds_each_steps_values_from_the_estimator(tmp_path: Path) -> None:
+    from gigpo.advantage.estimators import step_groups
+
+    steps, episodes, rows, result = synthetic_rollout(n_groups=3, group_size=4, length=6, seed=1)
+    recorder = make_recorder(tmp_path, rollouts_every=5)
+    assert recorder.after_advantage(4, False, steps, episodes, rows, result) is None  # not due
+    path = recorder.after_advantage(5, False, steps, episodes, rows, result)
+    assert path == tmp_path / "records" / f"{record_name(5, 'train')}.jsonl.gz"
+    header, trajs = read_lines(path)
+    assert header["kind"] == "header" and header["iteration"] == 5 and header["phase"] == "train"
+    assert (header["groups_kept"], header["groups_total"], header["steps_kept"]) == (3, 3, len(steps))
+    assert header["seeds"] == [100, 101, 102]
+    # every step row comes back once, with the estimator's values; JSON keeps 6 decimals, so the
+    # tolerance is half a unit in the 6th decimal (plus float64 rounding of values up to ~10)
+    sg, _ = step_groups(rows, rows.layout, None)
+    by_key = {(s.traj, s.step): i for i, s in enumerate(steps)}
+    seen = 0
+    for tr in trajs:
+        assert [st["t"] for st in tr["steps"]] == list(range(tr["length"]))  # in step order
+        for st in tr["steps"]:
+            i = by_key[(tr["traj"], st["t"])]
+            for field, want in (("adv", result.advantage), ("adv_episode", result.episode_advantage),
+                                ("adv_step", result.step_advantage), ("return", result.returns)):
+                assert st[field] == pytest.approx(want[i], abs=5e-7 + 1e-14), field
+            assert st["sg_size"] == result.step_group_size[i]
+            assert st["action"] == steps[i].action and st["valid"] == steps[i].action_valid
+            assert st["version"] == 3 and st["obs"] == steps[i].observation
+            seen += 1
+        # step groups: two rows share "sg" exactly when the estimator put them in one group
+    assert seen == len(steps)
+    flat = [(tr["traj"], st["t"], st["sg"]) for tr in trajs for st in tr["steps"]]
+    record_pairs = {(a[:2], b[:2]) for a in flat for b in flat if a[2] == b[2]}
+    estimator_pairs = {((steps[i].traj, steps[i].step), (steps[j].traj, steps[j].step))
+                       for i in range(len(steps)) for j in range(len(steps)) if sg[i] == sg[j]}
+    assert record_pairs == estimator_pairs
+
+
+def test_the_last_iteration_is_always_recorded_and_zero_records_nothing(tmp_path: Path) -> None:
+    steps, episodes, rows, result = synthetic_rollout(n_groups=1, group_size=2, length=3)
+    assert make_recorder(tmp_path, rollouts_every=10).after_advantage(7, True, steps, episodes, rows, result)
+    off = make_recorder(tmp_path / "off", rollouts_every=0)
+    assert off.after_advantage(10, True, steps, episodes, rows, result) is None and off.eval_hook(10) is None
+    assert not (tmp_path / "off").exists()
+
+
+def test_size_bound_keeps_whole_groups_and_counts_the_rest(tmp_path: Path) -> None:
+    steps, episodes, rows, result = synthetic_rollout(n_groups=20, group_size=4, length=8, obs_chars=400)
+    full = make_recorder(tmp_path / "full").after_advantage(10, False, steps, episodes, rows, result)
+    full_bytes = len(gzip.decompress(full.read_bytes()))
+    bound = full_bytes // 3
+    path = make_recorder(tmp_path / "cut", rollouts_max_mb=bound / 1e6).after_advantage(10, False, steps, episodes,
+                                                                                         rows, result)
+    header, trajs = read_lines(path)
+    assert len(gzip.decompress(path.read_bytes())) <= bound
+    assert 0 < header["groups_kept"] < header["groups_total"] == 20
+    kept = {tr["group"] for tr in trajs}
+    assert kept == set(range(header["groups_kept"]))  # the first groups, in order
+    for g in kept:  # whole: every trajectory of a kept group is there
+        assert sum(tr["group"] == g for tr in trajs) == 4
+    assert header["steps_kept"] == sum(len(tr["steps"]) for tr in trajs) < header["steps_total"]
+
+
+def test_long_texts_are_cut_in_the_middle() -> None:
+    text = "START" + "x" * 5000 + "END"
+    cut, was_cut = cut_text(text, 100)
+    assert was_cut and cut.startswith("START") and cut.endswith("END") and len(cut) <= 100 + 30
+    assert cut_text("short", 100) == ("short", False)
+
+
+def test_eval_hook_records_returns_and_step_groups_without_advantages(tmp_path: Path) -> None:
+    from gigpo.rollout.collect import Rollout
+
+    steps, episodes, _, _ = synthetic_rollout(n_groups=3, group_size=1, length=5, seed=2)
+    hook = make_recorder(tmp_path, rollouts_every=3).eval_hook(0)
+    hook(Rollout(steps, episodes))
+    header, trajs = read_lines(tmp_path / "records" / "000000-eval.jsonl.gz")
+    assert header["phase"] == "eval" and header["group_size"] == 1
+    for tr in trajs:
+        rewards = [st["reward"] for st in tr["steps"]]
+        want = np.zeros(len(rewards))  # R_t by the plain backward loop, gamma 0.95 (the recipe default)
+        acc = 0.0
+        for t in reversed(range(len(rewards))):
+            acc = rewards[t] + 0.95 * acc
+            want[t] = acc
+        assert [st["return"] for st in tr["steps"]] == pytest.approx(want, abs=5e-7 * len(rewards))
+        assert all(st["adv"] is None and st["adv_step"] is None for st in tr["steps"])
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "ppo"])
+def test_parts_an_estimator_lacks_are_null_not_zero(tmp_path: Path, estimator: str) -> None:
+    steps, episodes, rows, result = synthetic_rollout(n_groups=2, group_size=3, length=4, estimator=estimator)
+    recorder = make_recorder(tmp_path, estimator, rollouts_every=1)
+    _, trajs = read_lines(recorder.after_advantage(1, True, steps, episodes, rows, result))
+    by_key = {(s.traj, s.step): i for i, s in enumerate(steps)}
+    for tr in trajs:
+        for st in tr["steps"]:
+            i = by_key[(tr["traj"], st["t"])]
+            assert st["adv_step"] is None and st["adv"] == pytest.approx(result.advantage[i], abs=5e-7 + 1e-14)
+            if estimator == "grpo":
+                assert st["adv_episode"] == pytest.approx(result.episode_advantage[i], abs=5e-7 + 1e-14)
+            else:  # PPO: no episode part, but the critic's value of the state
+                assert st["adv_episode"] is None and st["value"] == pytest.approx(rows.value[i], abs=5e-7 + 1e-14)
+
+
+def test_a_failing_record_never_stops_training(tmp_path: Path, capsys) -> None:
+    steps, episodes, rows, result = synthetic_rollout(n_groups=1, group_size=2, length=3)
+    (tmp_path / "records").write_text("a file where the folder should be")  # the write fails
+    assert make_recorder(tmp_path, rollouts_every=1).after_advantage(1, True, steps, episodes, rows, result) is None
+    assert "the train rollout record of iteration 1 failed" in capsys.readouterr().out

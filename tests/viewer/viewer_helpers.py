@@ -1,0 +1,81 @@
+"""Shared by the viewer tests: synthetic rollouts through the real estimators, a written run, Chromium's path."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def synthetic_rollout(n_groups: int, group_size: int, length: int, seed: int = 0, states: int = 3,
+                      obs_chars: int = 40, estimator: str = "gigpo"):
+    """StepRecords/EpisodeSummaries of a made-up env whose trajectories wander over `states` states per
+    group (so states recur and step groups form), with the rows and the real GiGPO result for them."""
+    from gigpo.advantage.estimators import compute_advantages
+    from gigpo.rollout.collect import EpisodeSummary, StepRecord
+    from gigpo.trainer.loop import step_rows
+
+    rng = np.random.default_rng(seed)
+    steps, episodes = [], []
+    for g in range(n_groups):
+        for k in range(group_size):
+            traj = g * group_size + k
+            n = int(rng.integers(1, length + 1))
+            won = bool(rng.random() < 0.4)
+            first = len(steps)
+            for t in range(n):
+                state = int(rng.integers(0, states)) if t else 0
+                valid = bool(rng.random() < 0.85)
+                action = str(rng.choice(["up", "down", "left", "right"])) if valid else None
+                obs = f"group {g} state {state} " + "#" * obs_chars
+                steps.append(StepRecord(group=g, traj=traj, step=t, prompt_ids=[1, 2], response_ids=[3],
+                                        response_logprobs=[-0.5], reward=(1.0 if won and t == n - 1 else -0.1),
+                                        anchor=obs, action_valid=valid, truncated_response=False, observation=obs,
+                                        response=f"<action>{action or '??'}</action>", action=action,
+                                        invalid_reason="" if valid else "not an action", policy_version=3))
+            episodes.append(EpisodeSummary(traj=traj, group=g, seed=100 + g, won=won,
+                                           episode_return=sum(s.reward for s in steps[first:]), length=n,
+                                           invalid_steps=sum(not s.action_valid for s in steps[first:]),
+                                           task_type="", error=None))
+    rows = step_rows(steps, values=rng.normal(size=len(steps)) if estimator == "ppo" else None)
+    result = compute_advantages(estimator, rows, gamma=0.95, lam=1.0, step_weight=1.0, norm="std",
+                                episode_stats="trajectory", similarity=None)
+    return steps, episodes, rows, result
+
+
+def make_recorder(run_dir: Path, estimator: str = "gigpo", **logging):
+    """The trainer's recorder for a config with these `logging` keys (gamma 0.95, the default)."""
+    from gigpo.config import Config
+    from gigpo.viewer.records import RolloutRecorder
+
+    config = Config.model_validate({"model": {"init": "tiny"}, "env": {"id": "gigpo/Sokoban-v0", "max_steps": 8},
+                                    "algorithm": {"estimator": estimator}, "logging": logging})
+    return RolloutRecorder.from_config(config, run_dir)
+
+
+def write_run(run_dir: Path, iterations: int = 2) -> None:
+    """The files `gigpo train` starts a run with (config, metrics) for a run made of synthetic records."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text("algorithm:\n  estimator: gigpo\nenv:\n  id: gigpo/Sokoban-v0\n")
+    rows = [{"iteration": i, "rollout/success": 0.1 * i, "rollout/return": -0.5 + 0.2 * i, "adv/step_groups": 10.0 + i}
+            for i in range(iterations + 1)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def chromium_path() -> str:
+    """Debian's Chromium (installed by `make test` when missing), or a skip that says how to get it."""
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        pytest.skip("the playwright package is missing: `pip install -e .[test]` (make install does it)")
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.skip("no chromium on PATH: `make test` installs Debian's chromium as root when apt-get is available; "
+                    "run `apt-get install -y chromium`")
+    return path
