@@ -42,10 +42,12 @@ def rollout_prompts(num_prompts: int, vocab: int, prefix_tokens: int, suffix_tok
 
 
 def build(backend: str, model_dir: str, dtype: str, kv_cache_gb: float, max_model_len: int, prefix_caching: bool):
-    from gigpo.rollout.generator import make_generator
+    from gigpo.rollout.engine_settings import EngineSettings
+    from gigpo.rollout.factory import make_generator
 
-    return make_generator(backend, model_dir, dtype=dtype, kv_cache_gb=kv_cache_gb, max_num_seqs=256,
-                          enable_prefix_caching=prefix_caching, max_model_len=max_model_len)
+    return make_generator(backend, model_dir, EngineSettings(dtype=dtype, kv_cache_gb=kv_cache_gb, max_num_seqs=256,
+                                                             enable_prefix_caching=prefix_caching,
+                                                             max_model_len=max_model_len))
 
 
 def measure_generation(gen: Any, prompts: list[list[int]], settings: Any) -> dict[str, float]:

@@ -112,6 +112,7 @@ def trainer_part(args) -> None:
 
 def vllm_part(args) -> None:
     from gigpo.rollout.types import SamplingSettings
+    from gigpo.rollout.engine_settings import EngineSettings
     from gigpo.rollout.vllm_backend import VLLMGenerator
     from gigpo.rollout.weights import shm_dir
     from gigpo.trainer.engines import ActorEngine
@@ -127,9 +128,9 @@ def vllm_part(args) -> None:
                 p.add_(torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.dtype) * 0.02)
     prompts = [s.prompt_ids for s in make_samples(args.samples, actor.hf_module().config.vocab_size, seed=1)]
     greedy = SamplingSettings(temperature=0, max_new_tokens=32)
-    merged_gen = VLLMGenerator(path, dtype=args.dtype, max_num_seqs=64, max_model_len=1024, enforce_eager=True)
-    lora_gen = VLLMGenerator(path, dtype=args.dtype, max_num_seqs=64, max_model_len=1024, enforce_eager=True,
-                             max_lora_rank=args.rank)
+    engine = EngineSettings(dtype=args.dtype, max_num_seqs=64, max_model_len=1024, enforce_eager=True)
+    merged_gen = VLLMGenerator(path, engine)
+    lora_gen = VLLMGenerator(path, engine.replace(max_lora_rank=args.rank))
     try:
         timings: dict[str, list[float]] = {"merged_sync_s": [], "adapter_sync_s": []}
         for version in range(1, args.iterations + 2):

@@ -18,8 +18,10 @@ import math
 import torch
 from transformers import AutoModelForCausalLM
 
+from gigpo.dtypes import torch_dtype
 from gigpo.models.resolve import resolve_model_path
-from gigpo.rollout.generator import make_generator
+from gigpo.rollout.engine_settings import EngineSettings
+from gigpo.rollout.factory import make_generator
 from gigpo.rollout.verify import SyncVerifier, default_tolerance
 
 
@@ -40,9 +42,9 @@ def main() -> None:
     args = ap.parse_args()
 
     path = resolve_model_path(args.model, None)
-    torch_dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).eval()
-    gen = make_generator("vllm", path, dtype=args.dtype, max_num_seqs=8, max_model_len=512, enforce_eager=True)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(args.dtype)).eval()
+    gen = make_generator("vllm", path, EngineSettings(dtype=args.dtype, max_num_seqs=8, max_model_len=512,
+                                                      enforce_eager=True))
     atol, mean_atol = default_tolerance(args.dtype)
     verifier = SyncVerifier(gen, model.config.vocab_size, atol=math.inf, mean_atol=math.inf)
     print(f"model {args.model} ({path}), dtype {args.dtype}, bounds: largest <= {atol}, mean <= {mean_atol}")

@@ -119,6 +119,18 @@ class RolloutConfig(Section):
     generation speed was not measured here."""
     request_timeout_s: float = Field(300.0, gt=0)
     """vllm-server: longest a generate request may take before the server counts as stuck."""
+    turns: Literal["auto", "batched", "async"] = "auto"
+    """How episodes move within a rollout. batched: one generate call per turn, every episode waits for the
+    turn's slowest generation and env step. async: each episode is prompted as soon as its own env step ends
+    and stepped as soon as its own answer is ready (vllm, vllm-server only). auto: batched for hf, the
+    measured faster one for the vLLM backends (docs/generation.md)."""
+
+    @model_validator(mode="after")
+    def _async_turns_need_vllm(self) -> "RolloutConfig":
+        if self.turns == "async" and self.backend == "hf":
+            raise ValueError("rollout.turns=async needs a vLLM backend (rollout.backend=vllm or vllm-server); "
+                             "the hf backend generates whole turns: use rollout.turns=batched or auto")
+        return self
 
 
 class EnvConfig(Section):

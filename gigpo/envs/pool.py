@@ -8,6 +8,12 @@
 Episode i belongs to group i // group_size and lives in worker i % W. Each call sends one message
 per worker holding all its operations, and gets one message back.
 
+Steps can also run one episode at a time, for a rollout where each episode moves on as soon as its
+own action is ready: `submit_step(idx, text)` queues a step and returns at once; `poll(timeout)`
+returns the views of submitted steps that have ended, as they end. A worker still runs one
+operation at a time (the others wait in the parent, in submission order), so steps overlap across
+workers: a latency-bound env wants about as many workers as live episodes.
+
 Faults: an exception inside an env ends that episode (zero reward, `info["error"]`) and the pool
 goes on. A step (or reset) running longer than `step_timeout_s`, or a worker process that dies,
 gets the worker killed and restarted; the episode it was running ends the same way. The worker's
@@ -26,7 +32,7 @@ import time
 import weakref
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import gymnasium as gym
 
@@ -238,6 +244,13 @@ class EnvPool:
         self._workers.extend(self._start_worker() for _ in range(workers))
         self._episodes: list[_Episode] = []
         self._stats = PoolStats()
+        self._inflight: dict[int, list[_Op]] = {}
+        """Worker -> the one batch sent to it and not yet answered."""
+        self._queued: dict[int, list[_Op]] = {}
+        """Worker -> submitted steps waiting for it to be free (async steps only)."""
+        self._submitted: dict[int, int] = {}
+        """Episode -> its step count when its async step was submitted; removed once `poll` reports it."""
+        self._make_errors: list[str] = []
 
     # ------------------------------------------------------------------ public API
     @property
@@ -281,23 +294,51 @@ class EnvPool:
             if not isinstance(actions[idx], str):
                 raise TypeError(f"action for episode {idx} must be str, got {type(actions[idx]).__name__}")
             ops[episode.worker].append(("step", idx, actions[idx]))
-        for (kind, idx, text), (ok, payload) in self._run(ops):
-            if kind != "step" or self._episodes[idx].view.done:
-                continue
-            episode = self._episodes[idx]
-            if not ok:
-                self._end_with_error(episode, payload)
-                continue
-            observation, reward, terminated, truncated, info = payload
-            old = episode.view
-            shown = info.get("action") or text.strip()[:_SHOWN_INVALID_CHARS]
-            episode.actions.append(text)
-            episode.view = EpisodeView(idx, old.group_idx, old.seed, old.step + 1, observation, float(reward),
-                                       bool(terminated), bool(truncated), info, old.task, old.task_type,
-                                       old.action_format, old.prompt_template,
-                                       old.history + ((old.observation, shown),))
+        for op, result in self._run(ops):
+            self._apply_step(op, result)
         self._stats.steps += len(actions)
         return [self._episodes[idx].view for idx in sorted(actions)]
+
+    def submit_step(self, idx: int, action: str) -> None:
+        """Queue one action for live episode `idx` and return at once; `poll` reports the step when it ends."""
+        episode = self._live_episode(idx)
+        if idx in self._submitted:
+            raise ValueError(f"episode {idx} already has a step in flight; poll for it before submitting another")
+        if not isinstance(action, str):
+            raise TypeError(f"action for episode {idx} must be str, got {type(action).__name__}")
+        self._submitted[idx] = episode.view.step
+        self._queued.setdefault(episode.worker, []).append(("step", idx, action))
+        self._stats.steps += 1
+        self._dispatch(episode.worker)
+
+    def poll(self, timeout: Optional[float] = None, wake: Sequence[Any] = ()) -> list[EpisodeView]:
+        """Views of submitted steps that have ended since the last poll, in episode order.
+
+        Waits until at least one has ended, for at most `timeout` seconds (None: no limit), or until one
+        of `wake` is ready (anything `multiprocessing.connection.wait` takes: a socket or connection the
+        caller's other work signals on). Faults end only their episode, as in `step`.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._submitted:
+            for op, result in self._wait_some(None if deadline is None else max(0.0, deadline - time.monotonic()),
+                                              wake):
+                self._apply_step(op, result)
+            for w in range(self.num_workers):
+                self._dispatch(w)
+            self._raise_make_errors()
+            ended = sorted(idx for idx, step in self._submitted.items()
+                           if self._episodes[idx].view.step > step or self._episodes[idx].view.done)
+            for idx in ended:
+                del self._submitted[idx]
+            woken = bool(wake) and bool(wait(list(wake), timeout=0))
+            if ended or woken or (deadline is not None and time.monotonic() >= deadline):
+                return [self._episodes[idx].view for idx in ended]
+        return []
+
+    @property
+    def steps_in_flight(self) -> int:
+        """Submitted steps not yet reported by `poll`."""
+        return len(self._submitted)
 
     def expert_actions(self, episode_idxs: Optional[list[int]] = None) -> dict[int, Optional[str]]:
         """The env's expert action for each live episode (None where the env has no expert or no answer)."""
@@ -356,6 +397,42 @@ class EnvPool:
             raise ValueError(f"episode {idx} is done; step only the episodes in live_episodes()")
         return episode
 
+    def _apply_step(self, op: _Op, result: tuple[Optional[bool], Any]) -> None:
+        """Turn a worker's answer to a step into the episode's new view (or its end, on an env error)."""
+        kind, idx, text = op
+        ok, payload = result
+        if kind != "step" or self._episodes[idx].view.done:
+            return
+        episode = self._episodes[idx]
+        if not ok:
+            self._end_with_error(episode, payload)
+            return
+        observation, reward, terminated, truncated, info = payload
+        old = episode.view
+        shown = info.get("action") or text.strip()[:_SHOWN_INVALID_CHARS]
+        episode.actions.append(text)
+        episode.view = EpisodeView(idx, old.group_idx, old.seed, old.step + 1, observation, float(reward),
+                                   bool(terminated), bool(truncated), info, old.task, old.task_type,
+                                   old.action_format, old.prompt_template,
+                                   old.history + ((old.observation, shown),))
+
+    def _dispatch(self, w: int) -> None:
+        """Send worker w its next queued step if it is free; steps of episodes ended meanwhile are dropped."""
+        queue = self._queued.get(w)
+        if w in self._inflight or not queue:
+            return
+        while queue and self._episodes[queue[0][1]].view.done:  # ended by a failed replay: poll reports it
+            queue.pop(0)
+        if queue:
+            batch = [queue.pop(0)]
+            self._workers[w].conn.send(batch)
+            self._inflight[w] = batch
+
+    def _raise_make_errors(self) -> None:
+        if self._make_errors:
+            first, self._make_errors = self._make_errors[0], []
+            raise ValueError(f"cannot make {self.env_id!r} with env_kwargs={self._env_kwargs}: {first}")
+
     def _end_with_error(self, episode: _Episode, message: str, timed_out: bool = False) -> None:
         if episode.view.done:
             return
@@ -372,47 +449,58 @@ class EnvPool:
 
     def _run(self, ops: dict[int, list[_Op]]) -> list[tuple[_Op, tuple[bool, Any]]]:
         """Send each worker its operations, wait for all, and recover workers that hang or die."""
-        sent: dict[int, list[_Op]] = {}
+        if self._submitted:
+            raise RuntimeError(f"{len(self._submitted)} submitted steps are still in flight; poll() until "
+                               "steps_in_flight is 0 before calling reset, step or expert_actions")
         for w, batch in ops.items():
             if batch:
                 self._workers[w].conn.send(batch)
-                sent[w] = batch
+                self._inflight[w] = batch
         results: list[tuple[_Op, tuple[bool, Any]]] = []
-        make_errors: list[str] = []
-        while sent:
-            now = time.monotonic()
-            deadlines = [self._workers[w].started_at.value + self.step_timeout_s for w in sent
-                         if self._workers[w].started_at.value != _IDLE]
-            timeout = min([_POLL_S] + [max(0.0, d - now) for d in deadlines])
-            by_conn = {self._workers[w].conn: w for w in sent}
-            for conn in wait(list(by_conn), timeout=timeout):
-                w = by_conn[conn]
-                try:
-                    replies = conn.recv()
-                except (EOFError, OSError):
-                    self._recover(w, ops[w], sent, "the env worker process died")
-                    continue
-                for op, (ok, payload) in zip(sent.pop(w), replies):
-                    if ok is None:
-                        make_errors.append(payload)
-                    elif op[0] == "replay" and not ok:
-                        self._end_with_error(self._episodes[op[1]], f"replay after a worker restart: {payload}")
-                    results.append((op, (ok, payload)))
-            now = time.monotonic()
-            for w in list(sent):
-                worker = self._workers[w]
-                started = worker.started_at.value
-                if started != _IDLE and now - started > self.step_timeout_s:
-                    self._recover(w, ops[w], sent, f"exceeded step_timeout_s={self.step_timeout_s}", timed_out=True)
-                elif not worker.process.is_alive() and not worker.conn.poll():
-                    self._recover(w, ops[w], sent, "the env worker process died")
-        if make_errors:
-            raise ValueError(f"cannot make {self.env_id!r} with env_kwargs={self._env_kwargs}: {make_errors[0]}")
+        while self._inflight:
+            results.extend(self._wait_some(None))
+        self._raise_make_errors()
         return results
 
-    def _recover(self, w: int, caller_ops: list[_Op], sent: dict[int, list[_Op]], reason: str,
-                 timed_out: bool = False) -> None:
+    def _wait_some(self, timeout: Optional[float], wake: Sequence[Any] = ()) -> list[tuple[_Op, tuple[bool, Any]]]:
+        """Wait up to `timeout` s (at most one poll period) for answers from busy workers; restart those
+        that hang or die. Returns the operations answered, with their results."""
+        sent = self._inflight
+        results: list[tuple[_Op, tuple[bool, Any]]] = []
+        now = time.monotonic()
+        deadlines = [self._workers[w].started_at.value + self.step_timeout_s for w in sent
+                     if self._workers[w].started_at.value != _IDLE]
+        limit = min([_POLL_S] + [max(0.0, d - now) for d in deadlines] + ([timeout] if timeout is not None else []))
+        by_conn = {self._workers[w].conn: w for w in sent}
+        for conn in wait(list(by_conn) + list(wake), timeout=limit):
+            w = by_conn.get(conn)
+            if w is None:  # one of the caller's wake objects
+                continue
+            try:
+                replies = conn.recv()
+            except (EOFError, OSError):
+                self._recover(w, "the env worker process died")
+                continue
+            for op, (ok, payload) in zip(sent.pop(w), replies):
+                if ok is None:
+                    self._make_errors.append(payload)
+                elif op[0] == "replay" and not ok:
+                    self._end_with_error(self._episodes[op[1]], f"replay after a worker restart: {payload}")
+                results.append((op, (ok, payload)))
+        now = time.monotonic()
+        for w in list(sent):
+            worker = self._workers[w]
+            started = worker.started_at.value
+            if started != _IDLE and now - started > self.step_timeout_s:
+                self._recover(w, f"exceeded step_timeout_s={self.step_timeout_s}", timed_out=True)
+            elif not worker.process.is_alive() and not worker.conn.poll():
+                self._recover(w, "the env worker process died")
+        return results
+
+    def _recover(self, w: int, reason: str, timed_out: bool = False) -> None:
         """Restart worker w, end the episode it was stuck on, rebuild its other episodes, resend the rest."""
+        sent = self._inflight
+        caller_ops = [op for op in sent[w] if op[0] != "replay"]  # replays are rebuilt below from the episodes
         worker = self._workers[w]
         worker.process.kill()  # first, so the operation index read next cannot move on
         worker.process.join()

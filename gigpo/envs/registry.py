@@ -23,6 +23,8 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "gigpo/ALFWorld-v0": ("gigpo.envs.alfworld.env:ALFWorldEnv", {}),
     # generated catalogue by default; kwargs.data_path (or $WEBSHOP_DATA) loads the official files
     "gigpo/WebShop-v0": ("gigpo.envs.webshop.env:WebShopEnv", {}),
+    # any env above with lognormal step latency (kwargs: env, median_s, p99_s, seed, and the env's own)
+    "gigpo/Latency-v0": ("gigpo.envs.latency:with_latency", {}),
 }
 
 

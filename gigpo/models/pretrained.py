@@ -210,7 +210,9 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "bf16"
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the fresh model holds plain dequantised weights
-    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+    from gigpo.dtypes import torch_dtype as to_torch_dtype
+
+    torch_dtype = to_torch_dtype(dtype)
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     fresh.load_state_dict(loaded.state_dict(), strict=True)
     del loaded

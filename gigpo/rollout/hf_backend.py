@@ -5,12 +5,12 @@ from typing import Iterable, Optional
 
 import torch
 
+from gigpo.dtypes import torch_dtype
 from gigpo.rollout.generator import Generator, check_prompts, check_version
 from gigpo.rollout.prompt_cache import LayerKV, PromptKVStore
 from gigpo.rollout.types import Completion, SamplingSettings
 from gigpo.rollout.weights import full_state_dict
 
-TORCH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def inverse_cdf_draw(scores: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
@@ -38,12 +38,6 @@ def sampling_warpers(temperature: float, top_p: float) -> list:
     if top_p < 1.0:
         warpers.append(TopPLogitsWarper(top_p))
     return warpers
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    if name not in TORCH_DTYPES:
-        raise ValueError(f"dtype={name!r} is not supported; use one of {', '.join(TORCH_DTYPES)}")
-    return TORCH_DTYPES[name]
 
 
 class HFGenerator(Generator):

@@ -7,10 +7,14 @@ Endpoints (JSON):
   POST /update_weights  {"path": "/dev/shm/x.safetensors", "version": v} -> {"version": v}
                         needs "Authorization: Bearer TOKEN" when the server has a token; a server
                         bound beyond loopback refuses to start without one.
-The engine is not thread-safe: one lock serialises generate and update_weights.
+Each prompt of a /generate request joins the engine's running batch as it arrives (continuous
+batching through `VLLMGenerator.submit`), so concurrent requests, such as an async rollout's one-prompt
+requests, are batched together. Prompt i of a request is seeded `settings.seed + i`. A lock serialises
+weight updates; the trainer does not generate during a sync.
 """
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import secrets
 import threading
@@ -18,6 +22,8 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
+from gigpo.rollout.engine_settings import EngineSettings
+from gigpo.rollout.generator import check_prompts
 from gigpo.rollout.types import SamplingSettings
 
 LOOPBACK_NAMES = {"localhost"}
@@ -75,18 +81,25 @@ def create_app(generator: Any, token: Optional[str] = None):
         return {"version": generator.version}
 
     @app.post("/generate")
-    def generate(req: GenerateRequest) -> dict:
+    async def generate(req: GenerateRequest) -> dict:
         try:
             settings = SamplingSettings.from_json(req.settings)
-            with lock:
-                completions = generator.generate(req.prompts, settings)
-                current = generator.version
+            if not req.prompts:
+                raise ValueError("prompts must be a non-empty list of token-id lists")
+            check_prompts(req.prompts, generator.vocab_size)  # names the bad prompt by its index in the request
+            answers = await asyncio.gather(*(_submitted(generator, prompt, _nth(settings, i))
+                                             for i, prompt in enumerate(req.prompts)))
         except (ValueError, TypeError) as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from exc
         except Exception as exc:  # the engine itself failed: report unhealthy so a supervisor restarts us
             broken.append(repr(exc))
             raise
-        return {"completions": [c.to_json() for c in completions], "version": current}
+        completions = []
+        for i, answer in enumerate(answers):  # each came back as its own request's prompt 0
+            for c in answer:
+                c.prompt_index = i
+                completions.append(c)
+        return {"completions": [c.to_json() for c in completions], "version": generator.version}
 
     def authorize(authorization: Optional[str]) -> None:
         if token and not secrets.compare_digest(authorization or "", f"Bearer {token}"):
@@ -126,14 +139,40 @@ def create_app(generator: Any, token: Optional[str] = None):
     return app
 
 
-def serve(model: str, host: str, port: int, token: Optional[str], engine_args: dict[str, Any]) -> None:
+def _nth(settings: SamplingSettings, i: int) -> SamplingSettings:
+    """Settings of a request's prompt i: seeded `seed + i`, as `generate` seeds a batch."""
+    from dataclasses import replace
+
+    return settings if settings.seed is None else replace(settings, seed=settings.seed + i)
+
+
+def _submitted(generator: Any, prompt: list[int], settings: SamplingSettings) -> "asyncio.Future":
+    """A future of one prompt's completions, resolved from the engine's stream thread."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def done(answer) -> None:
+        def resolve() -> None:
+            if future.done():
+                return
+            if isinstance(answer, BaseException):
+                future.set_exception(answer)
+            else:
+                future.set_result(answer)
+        loop.call_soon_threadsafe(resolve)
+
+    generator.submit(prompt, settings, done)
+    return future
+
+
+def serve(model: str, host: str, port: int, token: Optional[str], engine: EngineSettings) -> None:
     """Start the engine, then serve until interrupted."""
     import uvicorn
 
     from gigpo.rollout.vllm_backend import VLLMGenerator
 
     check_exposure(host, token)
-    generator = VLLMGenerator(model, **engine_args)
+    generator = VLLMGenerator(model, engine)
     try:
         uvicorn.run(create_app(generator, token), host=host, port=port, log_level="warning")
     finally:

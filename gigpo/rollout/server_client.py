@@ -9,11 +9,12 @@ than `request_timeout_s`.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -25,7 +26,11 @@ import logging
 import requests
 import torch
 
-from gigpo.rollout.generator import Generator, check_version
+from gigpo.config import RolloutConfig
+from gigpo.dtypes import torch_dtype
+from gigpo.ports import free_port
+from gigpo.rollout.engine_settings import EngineSettings
+from gigpo.rollout.generator import CompletionCallback, Generator, check_version
 from gigpo.rollout.types import Completion, SamplingSettings
 from gigpo.rollout.weights import full_state_dict, ties_lm_head, write_weights_file
 
@@ -38,17 +43,11 @@ STARTUP_TIMEOUT_S = 600.0
 MAX_RESTARTS_PER_CALL = 2
 
 logger = logging.getLogger(__name__)
+_DEFAULTS = RolloutConfig()
 
 
 class ServerError(RuntimeError):
     """A generation server failed in a way the client cannot repair."""
-
-
-def free_port(address: str = "127.0.0.1") -> int:
-    """A TCP port free on `address` right now (the caller binds it soon after)."""
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -67,18 +66,17 @@ class Server:
 class ServerGenerator(Generator):
     """Generator over one or more `gigpo serve` processes."""
 
-    def __init__(self, model_path: str, *, urls: Iterable[str] = (), num_servers: int = 1,
-                 request_timeout_s: float = 300.0, token: Optional[str] = None,
-                 engine_args: Optional[dict[str, Any]] = None, unresponsive_s: float = UNRESPONSIVE_S,
+    def __init__(self, model_path: str, engine: EngineSettings = EngineSettings(), *, urls: Iterable[str] = (),
+                 num_servers: int = _DEFAULTS.num_servers, request_timeout_s: float = _DEFAULTS.request_timeout_s,
+                 token: Optional[str] = None, unresponsive_s: float = UNRESPONSIVE_S,
                  log_dir: Optional[str] = None) -> None:
         super().__init__()
         self.model_path = str(model_path)
         self.request_timeout_s = request_timeout_s
         self.unresponsive_s = unresponsive_s
         self.token = token or os.environ.get("GIGPO_SERVER_TOKEN") or None
-        self.engine_args = dict(engine_args or {})
-        dtype = self.engine_args.get("dtype", "bf16")
-        self.torch_dtype = torch.float32 if dtype in ("fp32", "float32") else torch.bfloat16
+        self.engine = engine
+        self.torch_dtype = torch_dtype(engine.dtype)
         self.log_dir = Path(log_dir) if log_dir else None
         self.weights_path: Optional[Path] = None
         """The current weights, kept so a restarted server can be re-synced."""
@@ -87,6 +85,10 @@ class ServerGenerator(Generator):
         self._tied: Optional[bool] = None
         urls = [u.rstrip("/") for u in urls]
         self.pool = ThreadPoolExecutor(max_workers=max(4, 2 * (len(urls) or num_servers)))
+        self._submit_pool: Optional[ThreadPoolExecutor] = None
+        """Threads for `submit`'s one-prompt requests: as many as the servers' batches hold, made on first use."""
+        self._next_server = itertools.count()
+        self._restart_lock = threading.Lock()
         try:
             if urls:
                 self.servers = [Server(u) for u in urls]
@@ -112,20 +114,8 @@ class ServerGenerator(Generator):
     # ------------------------------------------------------------------ processes
     def _start_server(self, server: Optional[Server] = None) -> Server:
         port = free_port()
-        a = self.engine_args
         cmd = [sys.executable, "-m", "gigpo.cli", "serve", "--model", self.model_path, "--host", "127.0.0.1",
-               "--port", str(port), "--dtype", a.get("dtype", "bf16"), "--seed", str(a.get("seed", 0)),
-               "--kv-cache-gb", str(a.get("kv_cache_gb", 1.0)),
-               "--gpu-memory-utilization", str(a.get("gpu_memory_utilization", 0.5)),
-               "--max-num-seqs", str(a.get("max_num_seqs", 256))]
-        if not a.get("enable_prefix_caching", True):
-            cmd.append("--no-prefix-caching")
-        if a.get("max_model_len"):
-            cmd += ["--max-model-len", str(a["max_model_len"])]
-        if a.get("enforce_eager"):
-            cmd.append("--enforce-eager")
-        if a.get("weight_sync", "shm") != "shm":
-            cmd += ["--weight-sync", a["weight_sync"]]
+               "--port", str(port), *self.engine.cli_args()]
         env = dict(os.environ)
         if self.token:
             env["GIGPO_SERVER_TOKEN"] = self.token
@@ -237,6 +227,45 @@ class ServerGenerator(Generator):
                     submit(k)
         return [c for k in sorted(results) for c in results[k]]
 
+    @property
+    def can_submit(self) -> bool:
+        return True
+
+    def submit(self, prompt: list[int], settings: SamplingSettings, done: CompletionCallback) -> None:
+        """Post one prompt on its own (servers batch concurrent requests); servers take turns.
+
+        A request that fails on a supervised server restarts it (once per failure, however many requests
+        saw it) and is sent again, up to MAX_RESTARTS_PER_CALL times; a hung server is noticed when
+        `request_timeout_s` runs out (the /health watch of `generate` is not run per request).
+        """
+        if self._submit_pool is None:
+            threads = min(1024, self.engine.max_num_seqs * len(self.servers))
+            self._submit_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gigpo-submit")
+        self._submit_pool.submit(self._submit_one, list(map(int, prompt)), settings, done,
+                                 next(self._next_server) % len(self.servers))
+
+    def _submit_one(self, prompt: list[int], settings: SamplingSettings, done: CompletionCallback, k: int) -> None:
+        for attempt in range(MAX_RESTARTS_PER_CALL + 1):
+            server = self.servers[k]
+            incarnation = server.restarts
+            try:
+                answer = self._post_generate(server, [prompt], 0, settings)
+            except requests.RequestException as exc:
+                if not server.supervised or attempt == MAX_RESTARTS_PER_CALL:
+                    done(ServerError(f"generation server {server.url} failed: {exc}"
+                                     + ("" if server.supervised else " (external: restart it and resume the run)")))
+                    return
+                with self._restart_lock:
+                    if server.restarts == incarnation:  # the first request to see the failure restarts it
+                        logger.warning("generation server %s failed (%s); restarting", server.url, exc)
+                        self._restart(server)
+                continue
+            except BaseException as exc:  # bad input, a missed sync: not a server fault
+                done(exc)
+                return
+            done(answer)
+            return
+
     def _chunk_failure(self, k: int, future: Future, started: float, answered: dict[int, float]) -> Optional[str]:
         """Why server k's request counts as failed, or None while it is fine."""
         server, now = self.servers[k], time.monotonic()
@@ -285,7 +314,7 @@ class ServerGenerator(Generator):
         The file stays until the next sync so a restarted server can load it; servers on another
         machine cannot read it (use the GPU/NCCL path there, see docs/generation.md)."""
         check_version(version, self.version)
-        if self.engine_args.get("weight_sync", "shm") == "nccl":
+        if self.engine.weight_sync == "nccl":
             self._send_nccl(list(named_tensors), version)
             return
         path = write_weights_file(full_state_dict(named_tensors, self._tied_lm_head(), dtype=self.torch_dtype))
@@ -340,6 +369,8 @@ class ServerGenerator(Generator):
             self.weights_path.unlink(missing_ok=True)
             self.weights_path = None
         self.pool.shutdown(wait=False, cancel_futures=True)
+        if self._submit_pool is not None:
+            self._submit_pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _split(n: int, parts: int) -> list[tuple[int, int]]:

@@ -89,7 +89,9 @@ class SyncVerifier:
 
 def default_tolerance(dtype: str) -> tuple[float, float]:
     """(atol, mean_atol) for a recipe's `model.dtype`."""
-    return DEFAULT_TOLERANCE[torch.float32 if dtype in ("fp32", "float32") else torch.bfloat16]
+    from gigpo.dtypes import torch_dtype
+
+    return DEFAULT_TOLERANCE[torch_dtype(dtype)]
 
 
 def sync_weights(generator: Generator, model: torch.nn.Module, version: int,

@@ -6,36 +6,37 @@ an `if __name__ == "__main__":` guard.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import torch
 
-from gigpo.rollout.generator import Generator, check_prompts, check_version
+from gigpo.dtypes import canonical_dtype
+from gigpo.ports import free_port
+from gigpo.rollout.engine_settings import EngineSettings
+from gigpo.rollout.generator import CompletionCallback, Generator, check_prompts, check_version
 from gigpo.rollout.types import Completion, SamplingSettings
+from gigpo.rollout.vllm_stream import RequestStream
 from gigpo.rollout.weights import full_state_dict, write_weights_file
 
-VLLM_DTYPES = {"bf16": "bfloat16", "fp32": "float32", "bfloat16": "bfloat16", "float32": "float32"}
 
-
-def build_engine(model_path: str, *, dtype: str, seed: int, kv_cache_gb: float, gpu_memory_utilization: float,
-                 enable_prefix_caching: bool, max_num_seqs: int, max_model_len: Optional[int],
-                 enforce_eager: bool = False, weight_sync: str = "shm", max_lora_rank: Optional[int] = None) -> Any:
+def build_engine(model_path: str, engine: EngineSettings) -> Any:
     """A vllm.LLM with gigpo's weight-sync worker extension. On CPU the KV cache is `kv_cache_gb` GiB
     (VLLM_CPU_KVCACHE_SPACE); `gpu_memory_utilization` is the share of a GPU (on CPU: of a NUMA node's
     RAM, which is why the KV size is set directly)."""
-    if dtype not in VLLM_DTYPES:
-        raise ValueError(f"dtype={dtype!r} is not supported by the vllm backend; use one of {', '.join(VLLM_DTYPES)}")
     if not Path(model_path, "config.json").is_file() and os.path.isdir(model_path):
         raise FileNotFoundError(f"{model_path} has no config.json; pass a directory saved with save_pretrained")
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(kv_cache_gb)))  # read by the spawned engine
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(engine.kv_cache_gb)))  # read by the spawned engine
     from vllm import LLM
 
     kwargs: dict[str, Any] = dict(
-        model=str(model_path), dtype=VLLM_DTYPES[dtype], seed=seed, enable_prefix_caching=enable_prefix_caching,
-        max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
+        model=str(model_path), dtype=canonical_dtype(engine.dtype), seed=engine.seed,
+        enable_prefix_caching=engine.enable_prefix_caching, max_num_seqs=engine.max_num_seqs,
+        gpu_memory_utilization=engine.gpu_memory_utilization, enforce_eager=engine.enforce_eager,
         worker_extension_cls="gigpo.rollout.vllm_worker.WeightSyncExtension",
     )
+    max_model_len, max_lora_rank = engine.max_model_len, engine.max_lora_rank
     if max_model_len is not None:
         kwargs["max_model_len"] = max_model_len
     if max_lora_rank is not None:  # adapter-only syncs (load_adapter): one adapter at a time, the newest
@@ -48,9 +49,6 @@ def build_engine(model_path: str, *, dtype: str, seed: int, kv_cache_gb: float, 
 
             max_model_len = AutoConfig.from_pretrained(model_path).max_position_embeddings
         kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 4096))
-    if weight_sync not in ("shm", "nccl"):  # nccl: gigpo's own broadcast group, no engine setting needed
-        raise ValueError(f"weight_sync={weight_sync!r} is not supported; use shm (one machine) or nccl "
-                         "(a broadcast: NCCL on GPUs, gloo on CPUs)")
     return LLM(**kwargs)
 
 
@@ -66,19 +64,15 @@ class VLLMGenerator(Generator):
     `weight_sync="nccl"` the trainer broadcasts the tensors into the workers over a group of its own
     (NCCL on GPUs, gloo on CPUs; gigpo/rollout/nccl_sync.py)."""
 
-    def __init__(self, model_path: str, *, dtype: str = "bf16", seed: int = 0, kv_cache_gb: float = 1.0,
-                 gpu_memory_utilization: float = 0.5, enable_prefix_caching: bool = True,
-                 max_num_seqs: int = 256, max_model_len: Optional[int] = None, enforce_eager: bool = False,
-                 weight_sync: str = "shm", max_lora_rank: Optional[int] = None) -> None:
+    def __init__(self, model_path: str, engine: EngineSettings = EngineSettings()) -> None:
         super().__init__()
-        self.llm = build_engine(model_path, dtype=dtype, seed=seed, kv_cache_gb=kv_cache_gb,
-                                gpu_memory_utilization=gpu_memory_utilization,
-                                enable_prefix_caching=enable_prefix_caching, max_num_seqs=max_num_seqs,
-                                max_model_len=max_model_len, enforce_eager=enforce_eager, weight_sync=weight_sync,
-                                max_lora_rank=max_lora_rank)
+        self.llm = build_engine(model_path, engine)
         self._lora_request: Any = None
         """The adapter every request runs with after `load_adapter` (None: the engine's own weights)."""
-        self.weight_sync = weight_sync
+        self.weight_sync = engine.weight_sync
+        self.lock = threading.RLock()
+        """Held around every engine call: `generate`, syncs, and the request stream's thread."""
+        self._stream = RequestStream(self.llm, self.lock)
         self._nccl_sender: Any = None
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         self.torch_dtype = self.llm.llm_engine.model_config.dtype
@@ -89,13 +83,31 @@ class VLLMGenerator(Generator):
 
     def generate(self, prompts: list[list[int]], settings: SamplingSettings) -> list[Completion]:
         check_prompts(prompts, self.vocab_size)
-        outputs = self.llm.generate([{"prompt_token_ids": list(map(int, p))} for p in prompts],
-                                    sampling_params(settings, len(prompts)), use_tqdm=False,
-                                    lora_request=self._lora_request)
+        if self._stream.in_flight:  # vLLM's batch call would collect the submitted requests' outputs too
+            raise RuntimeError(f"generate called with {self._stream.in_flight} submitted requests still running; "
+                               "one caller drives a generator: wait for them first")
+        with self.lock:
+            outputs = self.llm.generate([{"prompt_token_ids": list(map(int, p))} for p in prompts],
+                                        sampling_params(settings, len(prompts)), use_tqdm=False,
+                                        lora_request=self._lora_request)
         return completions_from_outputs(outputs, self.version)
+
+    @property
+    def can_submit(self) -> bool:
+        return True
+
+    def submit(self, prompt: list[int], settings: SamplingSettings, done: CompletionCallback) -> None:
+        """Continuous batching: the request joins the engine's running batch at once (see vllm_stream)."""
+        check_prompts([prompt], self.vocab_size)
+
+        def finished(output) -> None:
+            done(output if isinstance(output, BaseException) else completions_from_outputs([output], self.version))
+
+        self._stream.submit(list(map(int, prompt)), sampling_params(settings, 1)[0], self._lora_request, finished)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         check_version(version, self.version)
+        self._check_idle()
         if self.weight_sync == "nccl":
             self._send_nccl(named_tensors)
             self.commit_version(version)
@@ -112,34 +124,44 @@ class VLLMGenerator(Generator):
         from vllm.lora.request import LoRARequest
 
         check_version(version, self.version)
+        self._check_idle()
         if not self.llm.llm_engine.vllm_config.lora_config:
             raise ValueError("load_adapter needs an engine built with max_lora_rank (vLLM's enable_lora)")
         request = LoRARequest(f"gigpo-v{version}", version, str(adapter_dir))
-        if not self.llm.llm_engine.add_lora(request):
-            raise RuntimeError(f"vLLM did not load the adapter in {adapter_dir}")
-        if self._lora_request is not None:
-            self.llm.llm_engine.remove_lora(self._lora_request.lora_int_id)
-        self._lora_request = request
-        self.commit_version(version)
+        with self.lock:
+            if not self.llm.llm_engine.add_lora(request):
+                raise RuntimeError(f"vLLM did not load the adapter in {adapter_dir}")
+            if self._lora_request is not None:
+                self.llm.llm_engine.remove_lora(self._lora_request.lora_int_id)
+            self._lora_request = request
+            self.commit_version(version)
 
     def load_weights_file(self, path: str | Path, version: int) -> None:
         """Load a full state dict the trainer wrote (the server's update path), then drop cached KV."""
         if not Path(path).is_file():
             raise FileNotFoundError(f"weights file {path} does not exist; it must be on this machine (e.g. /dev/shm)")
-        self.llm.collective_rpc("gigpo_load_weights", args=(str(path), self.fault_skip_lm_head))
-        self.commit_version(version)
+        self._check_idle()
+        with self.lock:
+            self.llm.collective_rpc("gigpo_load_weights", args=(str(path), self.fault_skip_lm_head))
+            self.commit_version(version)
 
     def commit_version(self, version: int) -> None:
         """End a sync: drop KV cached under the old weights, then stamp outputs with `version`."""
         if not self.fault_skip_prefix_reset:
-            if not self.llm.reset_prefix_cache():
+            with self.lock:
+                reset = self.llm.reset_prefix_cache()
+            if not reset:
                 raise RuntimeError("vLLM refused to reset its prefix cache after a weight sync; "
                                    "cached prompts would keep the old weights' KV")
         self._version = version
 
+    def _check_idle(self) -> None:
+        if self._stream.in_flight:
+            raise RuntimeError(f"weight sync with {self._stream.in_flight} submitted requests still running: their "
+                               "samples would mix two policies; wait for them (the rollout does) before syncing")
+
     def _send_nccl(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         from gigpo.rollout.nccl_sync import BroadcastWeightSender, EngineClient
-        from gigpo.rollout.server_client import free_port
 
         if self._nccl_sender is None:
             self._nccl_sender = BroadcastWeightSender(
@@ -150,6 +172,7 @@ class VLLMGenerator(Generator):
 
     def close(self) -> None:
         if getattr(self, "llm", None) is not None:
+            self._stream.close()
             engine = self.llm.llm_engine
             if hasattr(engine, "engine_core"):
                 engine.engine_core.shutdown()

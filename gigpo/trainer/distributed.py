@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Optional, Sequence, TypeVar
+
+from gigpo.ports import free_port
 
 T = TypeVar("T")
 
@@ -54,12 +55,6 @@ def rank_info() -> RankInfo:
     if dist.is_available() and dist.is_initialized():
         return RankInfo(dist.get_rank(), int(os.environ.get("LOCAL_RANK", 0)), dist.get_world_size())
     return RankInfo(int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def init_distributed(backend: Optional[str] = None, timeout: timedelta = timedelta(hours=3)) -> RankInfo:

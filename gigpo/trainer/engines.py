@@ -527,8 +527,9 @@ class ReferenceModel(_PolicyForward):
         if settings.zero_stage == 3:  # loaded partitioned (HfDeepSpeedConfig): only an engine can run it
             self.module, *_ = deepspeed.initialize(model=model, config=self.ds_config)
         else:
-            dtype = torch.bfloat16 if settings.dtype == "bf16" else torch.float32
-            self.module = model.to(device=_device(), dtype=dtype)
+            from gigpo.dtypes import torch_dtype
+
+            self.module = model.to(device=_device(), dtype=torch_dtype(settings.dtype))
         self.module.eval()
 
     def _module(self) -> torch.nn.Module:

@@ -65,7 +65,7 @@ def peak_rss_gb() -> float:
 # --------------------------------------------------------------------------- building blocks
 
 def build_generator(config: Config, model_path: str):
-    from gigpo.rollout.generator import generator_from_config
+    from gigpo.rollout.factory import generator_from_config
 
     return generator_from_config(config.rollout, model_path, config.model.dtype, config.trainer.seed)
 

@@ -153,3 +153,32 @@ def test_bad_arguments_name_the_input():
             pool.reset([1], group_size=0)
         with pytest.raises(IndexError, match="episode 0 does not exist"):
             pool.step({0: "inc"})
+
+
+def test_submitted_steps_come_back_as_they_end_and_a_dead_worker_ends_only_its_episode():
+    """Async stepping: a slow step holds back only its own episode (and those queued on its worker);
+    a worker that dies mid-step ends that one episode, and its other episode is rebuilt by replay."""
+    import time
+
+    with EnvPool(COUNTER_ID, env_kwargs={"hang_s": 2.0}, workers=2, step_timeout_s=30.0) as pool:
+        start = pool.reset([5], group_size=4)[0].observation  # episodes 0 and 2 on worker 0, 1 and 3 on worker 1
+        count = int(start.split("=")[1])
+        t0 = time.monotonic()
+        pool.submit_step(0, "hang")
+        pool.submit_step(1, "inc")
+        first = pool.poll()
+        assert [v.episode_idx for v in first] == [1] and time.monotonic() - t0 < 1.5  # not behind the 2 s hang
+        with pytest.raises(ValueError, match="already has a step in flight"):
+            pool.submit_step(0, "inc")
+        with pytest.raises(RuntimeError, match="still in flight"):
+            pool.step({3: "inc"})
+        pool.submit_step(2, "inc")  # queued behind the hang on worker 0
+        pool.submit_step(3, "die")  # kills worker 1, where episode 1 lives too
+        ended = {}
+        while pool.steps_in_flight:
+            ended.update({v.episode_idx: v for v in pool.poll(timeout=10.0)})
+        assert sorted(ended) == [0, 2, 3]
+        assert ended[0].observation == ended[2].observation == f"count={count + 1}"
+        assert ended[3].done and "died" in ended[3].error
+        assert pool.step({1: "inc"})[0].observation == f"count={count + 2}"  # episode 1 survived the restart
+        assert pool.stats().worker_restarts == 1 and pool.poll(timeout=0) == []

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from gpu_marks import requires_cuda, requires_gpus
+from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.server_client import ServerGenerator
 from rollout.conftest import GREEDY, sample_prompts
@@ -38,11 +39,11 @@ def test_engine_and_reference_run_on_the_gpu(vllm_generator, tiny_model_dir):
 def test_nccl_sync_to_a_server_on_the_second_gpu(tiny_model_dir, tmp_path, monkeypatch):
     """NCCL needs each rank on its own GPU: the server runs on GPU 1, the trainer's tensors sit on GPU 0."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # inherited by the server process only
-    server = ServerGenerator(str(tiny_model_dir), num_servers=1, log_dir=str(tmp_path),
-                             engine_args=dict(dtype="fp32", max_num_seqs=32, enforce_eager=True))
+    server = ServerGenerator(str(tiny_model_dir), EngineSettings(dtype="fp32", max_num_seqs=32, enforce_eager=True),
+                             num_servers=1, log_dir=str(tmp_path))
     monkeypatch.undo()
-    external = ServerGenerator(str(tiny_model_dir), urls=[server.servers[0].url],
-                               engine_args=dict(dtype="fp32", weight_sync="nccl"))
+    external = ServerGenerator(str(tiny_model_dir), EngineSettings(dtype="fp32", weight_sync="nccl"),
+                               urls=[server.servers[0].url])
     try:
         model = load_trainer_model(tiny_model_dir).to("cuda:0")
         hf = HFGenerator(str(tiny_model_dir), dtype="fp32")

@@ -43,10 +43,11 @@ def _sync_check(generator, hf, model, prompts, seed):
 @pytest.mark.parametrize("backend", ["vllm", "vllm-server"])
 def test_greedy_equals_transformers_before_and_after_a_sync(backend, smollm2_dir, hf, trainer_model, chat_prompts,
                                                             smollm2_tokenizer, tmp_path):
-    from gigpo.rollout.generator import make_generator
+    from gigpo.rollout.engine_settings import EngineSettings
+    from gigpo.rollout.factory import make_generator
 
     extra = {"server_token": "llm-test"} if backend == "vllm-server" else {}
-    generator = make_generator(backend, str(smollm2_dir), **ENGINE, **extra)
+    generator = make_generator(backend, str(smollm2_dir), EngineSettings(**ENGINE), **extra)
     try:
         if generator.version == hf.version == 0:  # both hold the weights from the directory
             expected = hf.generate(chat_prompts, GREEDY)

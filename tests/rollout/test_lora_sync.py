@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from gigpo.config import build_config
+from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.server_client import ServerGenerator
 from gigpo.rollout.verify import SyncVerifier
@@ -104,8 +105,8 @@ def test_vllm_backend_sync(actor, vllm_generator, tiny_model_dir, tmp_path):
 
 def test_vllm_server_starts_from_a_merged_checkpoint_and_syncs(actor, tiny_model_dir, tmp_path):
     ckpt = checkpoint_with_new_adapters(actor, tiny_model_dir, tmp_path / "start", seed=8)
-    server = ServerGenerator(str(ckpt / "hf"), num_servers=1, log_dir=str(tmp_path / "serve"),
-                             engine_args=dict(dtype="fp32", max_num_seqs=32, enforce_eager=True))
+    server = ServerGenerator(str(ckpt / "hf"), EngineSettings(dtype="fp32", max_num_seqs=32, enforce_eager=True),
+                             num_servers=1, log_dir=str(tmp_path / "serve"))
     try:  # vLLM loads the merged checkpoint: it generates what the adapters do
         assert_answers_like_adapters(server, tiny_model_dir, ckpt / "adapter")
         check_sync(actor, server, tiny_model_dir, tmp_path / "sync", seed=9)
@@ -117,7 +118,8 @@ def test_vllm_adapter_only_sync_equals_hf_with_adapters(actor, tiny_model_dir, t
     """vLLM's own LoRA (enable_lora, one LoRARequest per version) serves peft's files unmerged."""
     from gigpo.rollout.vllm_backend import VLLMGenerator
 
-    generator = VLLMGenerator(str(tiny_model_dir), dtype="fp32", max_num_seqs=32, enforce_eager=True, max_lora_rank=8)
+    generator = VLLMGenerator(str(tiny_model_dir), EngineSettings(dtype="fp32", max_num_seqs=32, enforce_eager=True,
+                                                                  max_lora_rank=8))
     try:
         for seed in (10, 11):  # the second adapter replaces the first
             ckpt = checkpoint_with_new_adapters(actor, tiny_model_dir, tmp_path / str(seed), seed)

@@ -11,22 +11,24 @@ import requests
 
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.server import check_exposure
-from gigpo.rollout.server_client import ServerError, ServerGenerator, free_port
+from gigpo.ports import free_port
+from gigpo.rollout.engine_settings import EngineSettings
+from gigpo.rollout.server_client import ServerError, ServerGenerator
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import SyncVerifier
 
 from support.greedy import assert_greedy_matches, tokens
 from support.models import load_trainer_model, perturb
 
-from .conftest import GREEDY, sample_prompts
+from .conftest import GREEDY, assert_submitted_like_a_batch, sample_prompts
 
 TOKEN = "test-token"
 
 
 @pytest.fixture(scope="module")
 def served(tiny_model_dir, tmp_path_factory):
-    gen = ServerGenerator(str(tiny_model_dir), num_servers=1, token=TOKEN, log_dir=str(tmp_path_factory.mktemp("serve")),
-                          engine_args=dict(dtype="fp32", max_num_seqs=32, enforce_eager=True))
+    gen = ServerGenerator(str(tiny_model_dir), EngineSettings(dtype="fp32", max_num_seqs=32, enforce_eager=True),
+                          num_servers=1, token=TOKEN, log_dir=str(tmp_path_factory.mktemp("serve")))
     yield gen
     gen.close()
 
@@ -55,6 +57,13 @@ def test_server_sync_makes_greedy_equal_to_hf(served, trainer):
     assert {c.weight_version for c in synced} == {version}
     assert requests.get(f"{served.servers[0].url}/version", timeout=5).json() == {"version": version}
     assert SyncVerifier(served, trainer[0].config.vocab_size, atol=2e-3).check(trainer[0]) < 2e-3
+
+
+def test_concurrent_one_prompt_requests_are_batched_by_the_server_and_sample_like_a_batch(served):
+    """An async rollout posts one prompt per request, many at once; the server batches them continuously
+    and, each request seeded on its own, they draw what one batched request draws."""
+    assert_submitted_like_a_batch(served, sample_prompts(10, seed=12),
+                                  SamplingSettings(temperature=1.0, max_new_tokens=10, seed=21))
 
 
 def test_weight_update_needs_the_token(served):
@@ -137,8 +146,8 @@ def test_killed_server_is_restarted_at_the_current_version(served, trainer):
 def test_external_server_syncs_by_broadcast_with_the_token(served, trainer, tiny_model_dir):
     """The path to a server on another machine: no shared /dev/shm, so the client opens a broadcast
     group (gloo here, NCCL on GPUs) that the server joins through its token-guarded /weight_transfer."""
-    external = ServerGenerator(str(tiny_model_dir), urls=[served.servers[0].url], token=TOKEN,
-                               engine_args=dict(dtype="fp32", weight_sync="nccl"))
+    external = ServerGenerator(str(tiny_model_dir), EngineSettings(dtype="fp32", weight_sync="nccl"),
+                               urls=[served.servers[0].url], token=TOKEN)
     external._version = served.version
     prompts = sample_prompts(6, seed=11)
     try:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from gigpo.rollout.verify import SyncMismatchError, SyncVerifier, sync_weights, 
 from support.greedy import assert_greedy_matches, tokens
 from support.models import load_trainer_model, perturb
 
-from .conftest import GREEDY, sample_prompts
+from .conftest import GREEDY, assert_submitted_like_a_batch, sample_prompts
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +81,22 @@ def test_per_request_seed_is_independent_of_batching(vllm_generator):
     assert [c.token_ids for c in whole] == [c.token_ids for c in again]
     assert [c.token_ids for c in whole[2:]] == [c.token_ids for c in tail]
     assert len({tuple(c.token_ids) for c in whole}) > 1
+
+
+def test_submitted_requests_sample_what_a_batch_does_and_block_a_sync_while_running(vllm_generator, trained):
+    """Continuous batching (one request at a time, as an async rollout submits them) draws the same
+    samples as one batched call, since each request carries its own seed."""
+    prompts = sample_prompts(12, seed=4)
+    assert_submitted_like_a_batch(vllm_generator, prompts, SamplingSettings(temperature=1.0, max_new_tokens=12, seed=9))
+    model, _ = trained
+    pending = []
+    vllm_generator.submit(prompts[0], SamplingSettings(temperature=1.0, max_new_tokens=64), pending.append)
+    with pytest.raises(RuntimeError, match="still running"):
+        vllm_generator.update_weights(model.named_parameters(), vllm_generator.version + 1)
+    deadline = time.monotonic() + 60
+    while not pending and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pending and len(pending[0][0].token_ids) > 0
 
 
 @pytest.mark.parametrize("bound", ["largest", "mean"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from gigpo.ports import free_port
 from viewer_helpers import make_recorder, synthetic_rollout, write_run
 from support.run import REPO, clean_env, gigpo, train
 
@@ -38,12 +39,6 @@ def shown_to_3_decimals(text: str, value: float) -> bool:
 def read_record(path: Path) -> tuple[dict, list[dict]]:
     lines = [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode().splitlines()]
     return lines[0], lines[1:]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def open_hash(page, url: str, expected_hash: str) -> None:

@@ -1,0 +1,19 @@
+"""The one map from a recipe's dtype names to torch dtypes (vLLM takes the same canonical names)."""
+from __future__ import annotations
+
+import torch
+
+DTYPE_NAMES = {"bf16": "bfloat16", "fp32": "float32", "bfloat16": "bfloat16", "float32": "float32"}
+"""Accepted dtype name -> canonical name: torch's attribute name, which vLLM's `dtype=` also takes."""
+
+
+def canonical_dtype(name: str) -> str:
+    """'bf16' -> 'bfloat16'; an unsupported name is an error listing the supported ones."""
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"dtype={name!r} is not supported; use one of {', '.join(DTYPE_NAMES)}")
+    return DTYPE_NAMES[name]
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """'bf16' -> torch.bfloat16."""
+    return getattr(torch, canonical_dtype(name))

@@ -1,0 +1,45 @@
+"""Engine settings: one frozen object from the recipe; `gigpo serve` options round-trip; turns resolve per backend."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from gigpo.config import RolloutConfig, load_config
+from gigpo.rollout.engine_settings import EngineSettings
+
+
+def test_defaults_are_the_recipe_defaults_and_the_serve_options_round_trip():
+    rollout = RolloutConfig()
+    d = EngineSettings()
+    assert (d.kv_cache_gb, d.gpu_memory_utilization, d.max_num_seqs, d.enable_prefix_caching, d.enforce_eager,
+            d.weight_sync) == (rollout.kv_cache_gb, rollout.gpu_memory_utilization, rollout.max_num_seqs,
+                               rollout.enable_prefix_caching, rollout.enforce_eager, rollout.weight_sync)
+    config = load_config("recipes/sokoban_tiny.yaml", ["rollout.kv_cache_gb=2.5", "rollout.enable_prefix_caching=false"])
+    engine = EngineSettings.from_config(config.rollout, config.model.dtype, seed=7)
+    assert engine.max_model_len == config.rollout.max_prompt_tokens + config.rollout.max_new_tokens
+    parser = argparse.ArgumentParser()
+    EngineSettings.add_cli_options(parser)
+    assert EngineSettings.from_cli(parser.parse_args(engine.cli_args())) == engine
+    assert EngineSettings.from_cli(parser.parse_args([])) == EngineSettings()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        engine.seed = 1  # type: ignore[misc]
+
+
+def test_bad_settings_name_the_input():
+    with pytest.raises(ValueError, match="dtype='fp16' is not supported; use one of bf16"):
+        EngineSettings(dtype="fp16")
+    with pytest.raises(ValueError, match="weight_sync='tcp'"):
+        EngineSettings(weight_sync="tcp")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no adapter route"):
+        EngineSettings(max_lora_rank=8).cli_args()
+
+
+def test_auto_turns_resolve_per_backend(tiny_model_dir):
+    from gigpo.rollout.factory import AUTO_TURNS, generator_from_config
+
+    assert AUTO_TURNS == {"hf": "batched", "vllm": "async", "vllm-server": "batched"}
+    config = load_config("recipes/sokoban_tiny.yaml", [])
+    generator = generator_from_config(config.rollout, str(tiny_model_dir), config.model.dtype)
+    assert config.rollout.turns == "auto" and generator.turns == "batched" and not generator.can_submit
