@@ -1,10 +1,10 @@
 """How fast a model learns to read the grid: greedy success against supervised warm-up steps (issue 24, E4).
 
     PYTHONPATH=. python benchmarks/learnability.py --recipe recipes/sokoban_long.yaml \
-        --steps 100,150,175,250,400 --episodes 200 --variant theta1e6:rope_theta=1000000 --variant theta1e4:rope_theta=10000
+        --steps 100,150,175,250,400 --episodes 200 --variant theta1e6:rope_parameters.rope_theta=1000000 --variant theta1e4:rope_parameters.rope_theta=10000
 
 Each variant starts from the recipe's local model (`model.init`, same random weights and tokenizer) with
-config.json fields changed (RoPE has no weights, so `rope_theta=` is exactly a different position code on
+config.json fields changed (RoPE has no weights, so `rope_parameters.rope_theta=` is exactly a different position code on
 the same initial weights). The warm-up is gigpo's own (`supervised_warmup`, same demonstrations, batches
 and seed as the recipe's); at each listed step the model is copied into an HF generator and played greedily
 on held-out tasks through the real env pool and rollout, as `gigpo train` evaluates. Prints one row per
@@ -31,7 +31,14 @@ from gigpo.trainer.warmup import response_ids, supervised_warmup
 def variant_model(base: str, changes: dict[str, float], out: Path) -> str:
     shutil.copytree(base, out)
     config = json.loads((out / "config.json").read_text())
-    config.update(changes)
+    for dotted, value in changes.items():  # "rope_parameters.rope_theta": transformers 5 nests RoPE settings
+        *parents, key = dotted.split(".")
+        node = config
+        for name in parents:
+            node = node[name]
+        if key not in node:
+            raise KeyError(f"{dotted} is not in {base}/config.json; name an existing field")
+        node[key] = value
     (out / "config.json").write_text(json.dumps(config, indent=1))
     return str(out)
 
@@ -50,7 +57,7 @@ def main() -> None:
     parser.add_argument("--recipe", default="recipes/sokoban_long.yaml")
     parser.add_argument("--steps", default="100,150,175,250,400")
     parser.add_argument("--episodes", type=int, default=200)
-    parser.add_argument("--variant", action="append", default=[], help="NAME:key=value,... (config.json fields)")
+    parser.add_argument("--variant", action="append", default=[], help="NAME:key=value,... (config.json fields, dotted for nested ones)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     config = load_config(args.recipe, [*args.overrides, "logging.progress=false", f"env.eval_episodes={args.episodes}"])

@@ -14,6 +14,12 @@ from typing import Any, Optional
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import WrapperSpec
+
+PRIOR_WRAPPERS = (WrapperSpec("EpisodeEndGuard", "gigpo.envs.episode_end:EpisodeEndGuard", kwargs={}),
+                  WrapperSpec("StepLatency", "gigpo.envs.latency:StepLatency", kwargs=None))
+"""The wrappers `with_latency`'s env already carries, as Gymnasium lists them (the inner env's guard, then
+the latency): gigpo/Latency-v0's registration names them first, so `gym.make` adds the outer guard."""
 
 Z_99 = 2.3263478740408408
 """The standard normal's 99th percentile: p99 = median * exp(Z_99 * sigma) for a lognormal."""

@@ -28,13 +28,26 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+def _latency_wrappers() -> tuple:
+    from gigpo.envs.latency import PRIOR_WRAPPERS
+
+    return PRIOR_WRAPPERS
+
+
+WRAPS_A_MADE_ENV: dict[str, tuple] = {"gigpo/Latency-v0": _latency_wrappers()}
+"""Envs whose entry point returns a wrapper around another `gym.make`-made env: the wrappers it carries."""
+
+
 def register_env(env_id: str, entry_point: Union[str, Callable[..., gym.Env]], **kwargs: Any) -> None:
     """Register `env_id` unless it already is (importing twice, or in a pool worker, is harmless). `gym.make`
     then wraps it in gigpo.envs.episode_end's guard: no step after the episode ended."""
     from gigpo.envs.episode_end import WRAPPER_SPEC
 
     if env_id not in gym.registry:
-        gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, additional_wrappers=(WRAPPER_SPEC,),
+        # Gymnasium skips as many of a spec's additional wrappers as the entry point's env already carries, and
+        # checks they match: an env made by gym.make inside an entry point (Latency-v0) lists those first
+        prior = WRAPS_A_MADE_ENV.get(env_id, ())
+        gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, additional_wrappers=(*prior, WRAPPER_SPEC),
                      max_episode_steps=DEFAULT_MAX_STEPS.get(env_id))
 
 

@@ -109,8 +109,10 @@ def test_config_and_train_refuse_a_template_less_model_in_seconds_naming_the_fix
     assert gigpo("config", "recipes/sokoban_tiny.yaml", "model.init=null", f"model.path={chatml}").returncode == 0
     fixed = load_config(REPO / "recipes" / "sokoban_tiny.yaml", [*source, "model.chat_template=chatml"])
     assert fixed.model.chat_template == "chatml"
+    plain = load_config(REPO / "recipes" / "sokoban_tiny.yaml", [*source, "model.chat_template=none"])
+    assert plain.rollout.stop == ["</action>"]  # the default stop string ends a plain-text answer
     with pytest.raises(RecipeError, match="needs rollout.stop"):
-        load_config(REPO / "recipes" / "sokoban_tiny.yaml", [*source, "model.chat_template=none"])
+        load_config(REPO / "recipes" / "sokoban_tiny.yaml", [*source, "model.chat_template=none", "rollout.stop=[]"])
     with pytest.raises(RecipeError, match="neither a template name"):
         load_config(REPO / "recipes" / "sokoban_tiny.yaml", [*source, "model.chat_template=vicuna"])
 
