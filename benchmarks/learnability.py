@@ -88,7 +88,8 @@ def main() -> None:
                       f"{time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.1f})", flush=True)
 
             supervised_warmup(model_path, Path(tmp) / f"{name}-out", pairs, max(checkpoints), t.sft_lr, t.sft_batch_size,
-                              seed, progress=False, dtype=config.model.dtype, after_step=score)
+                              seed, progress=False, dtype=config.model.dtype, after_step=score,
+                              action_share=t.sft_action_share)
             generator.close()
         if eval_pool is not pool:
             eval_pool.close()

@@ -188,7 +188,7 @@ def warm_up(config: Config, model_path: str, pool, prompt_fn, tokenizer, warm_di
         pairs = [(p, response_ids(tokenizer, d.action)) for p, d in zip(prompts, demos)]
         print(f"warm-up: {len(pairs)} expert-labelled states from {len(demo_seeds)} tasks", flush=True)
         return supervised_warmup(model_path, out_dir, pairs, t.sft_steps, t.sft_lr, t.sft_batch_size, seed,
-                                 config.logging.progress, dtype=config.model.dtype)
+                                 config.logging.progress, dtype=config.model.dtype, action_share=t.sft_action_share)
 
     # only what changes the warm-up's result: not evaluation, batch shape or worker settings
     irrelevant = {"workers", "step_timeout_s", "eval_episodes", "eval_seed_start", "eval_kwargs", "num_groups", "group_size"}

@@ -18,10 +18,12 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from tqdm import tqdm
+
+from gigpo.trainer.action_tokens import action_token_mask
 
 
 def response_ids(tokenizer, action: str) -> list[int]:
@@ -31,8 +33,12 @@ def response_ids(tokenizer, action: str) -> list[int]:
 
 def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int], list[int]]], steps: int,
                       lr: float, batch_size: int, seed: int, progress: bool = True, dtype: str = "fp32",
-                      after_step: Optional[Callable[[int, Any], None]] = None) -> Path:
+                      after_step: Optional[Callable[[int, Any], None]] = None,
+                      action_share: Optional[float] = None) -> Path:
     """Train on `pairs` (cross-entropy on response tokens) for `steps` AdamW steps; save to out_dir/hf.
+
+    `action_share` (trainer.sft_action_share): the share of each answer's loss on the tokens inside its
+    <action> tags, the rest spread over the format tokens; None weighs every answer token the same.
 
     `after_step(step, model)` runs after each step (1-based), e.g. to evaluate a learning curve; the
     model is back in training mode when it returns.
@@ -53,6 +59,7 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     rng = random.Random(seed)
     pad = tokenizer.pad_token_id
+    weights_of = AnswerWeights(tokenizer, action_share) if action_share is not None else None
     bar = tqdm(range(steps), desc="warm-up (supervised)", disable=not progress, leave=False)
     # without a bar (logging.progress=false: logs of `gigpo compare` runs) a line every tenth of the way,
     # so minutes of warm-up are not silent
@@ -69,7 +76,11 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
             labels[row, len(prompt): len(seq)] = torch.tensor(response)
             attention[row, : len(seq)] = 1
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            loss = model(input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels.to(device)).loss
+            if weights_of is None:
+                loss = model(input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels.to(device)).loss
+            else:
+                logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits
+                loss = weighted_answer_loss(logits, labels.to(device), weights_of.rows(batch, width).to(device))
         if not torch.isfinite(loss):
             raise RuntimeError(f"supervised warm-up loss became {loss.item()}; lower trainer.sft_lr={lr}")
         optimizer.zero_grad()
@@ -89,6 +100,44 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
     tokenizer.save_pretrained(staging)
     staging.rename(target)
     return target
+
+
+class AnswerWeights:
+    """Per-token loss weights of answers: `share` on the action's tokens, 1 - share on the rest, per answer.
+
+    Answers repeat (one per action), so each answer's mask is computed once.
+    """
+
+    def __init__(self, tokenizer, share: float):
+        self.tokenizer, self.share = tokenizer, share
+        self._cache: dict[tuple[int, ...], list[float]] = {}
+
+    def answer(self, response: Sequence[int]) -> list[float]:
+        key = tuple(response)
+        if key not in self._cache:
+            mask = action_token_mask(self.tokenizer, response)
+            n_action = sum(mask)
+            n_other = len(mask) - n_action
+            if n_action == 0 or n_other == 0:  # nothing to balance: a plain mean over the answer
+                self._cache[key] = [1.0 / len(mask)] * len(mask)
+            else:
+                self._cache[key] = [self.share / n_action if m else (1.0 - self.share) / n_other for m in mask]
+        return self._cache[key]
+
+    def rows(self, batch: Sequence[tuple[list[int], list[int]]], width: int) -> torch.Tensor:
+        """(len(batch), width) weights aligned with the labels: zero outside each answer."""
+        weights = torch.zeros((len(batch), width))
+        for row, (prompt, response) in enumerate(batch):
+            weights[row, len(prompt): len(prompt) + len(response)] = torch.tensor(self.answer(response))
+        return weights
+
+
+def weighted_answer_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Sum over tokens of weight x cross-entropy (logits at t predict the label at t+1), averaged over rows."""
+    targets = labels[:, 1:]
+    token_ce = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+                                                 targets.reshape(-1), ignore_index=-100, reduction="none")
+    return (token_ce.view_as(targets) * weights[:, 1:]).sum() / labels.shape[0]
 
 
 def warmup_cache_key(settings: dict[str, Any]) -> str:

@@ -11,7 +11,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from gigpo.envs.demos import collect_demonstrations
 from gigpo.envs.pool import EnvPool
 from gigpo.envs.prompt import PromptBuilder
-from gigpo.trainer.warmup import cached_warmup, response_ids, supervised_warmup, warmup_cache_key
+from gigpo.trainer.warmup import (AnswerWeights, cached_warmup, response_ids, supervised_warmup, warmup_cache_key,
+                                  weighted_answer_loss)
 
 
 def _mean_logprob(model_dir: Path, pairs: list[tuple[list[int], list[int]]]) -> float:
@@ -28,8 +29,9 @@ def _mean_logprob(model_dir: Path, pairs: list[tuple[list[int], list[int]]]) -> 
     return total / count
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])  # bf16: autocast, as recipes with model.dtype bf16 warm up
-def test_supervised_warmup_teaches_the_expert_moves(tiny_model_dir, tmp_path, dtype, capsys):
+@pytest.mark.parametrize("dtype,action_share", [("fp32", None), ("bf16", None), ("fp32", 0.5)])
+def test_supervised_warmup_teaches_the_expert_moves(tiny_model_dir, tmp_path, dtype, action_share, capsys):
+    # bf16: autocast, as recipes with model.dtype bf16 warm up; action_share: the balanced answer loss
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     pool = EnvPool("gigpo/Sokoban-v0", env_kwargs={"size": 5}, max_steps=8, workers=1)
     try:
@@ -41,7 +43,7 @@ def test_supervised_warmup_teaches_the_expert_moves(tiny_model_dir, tmp_path, dt
     held_out, train = pairs[:20], pairs[20:]
     before = _mean_logprob(tiny_model_dir, held_out)
     out = supervised_warmup(str(tiny_model_dir), tmp_path, train, steps=40, lr=1e-3, batch_size=32, seed=0, progress=False,
-                            dtype=dtype)
+                            dtype=dtype, action_share=action_share)
     after = _mean_logprob(out, held_out)
     assert out == tmp_path / "hf" and not (tmp_path / "hf.tmp").exists()
     # from near-uniform over a 1024-token vocabulary (about -7 per token) to a model that writes the format
@@ -71,3 +73,31 @@ def test_identical_warmups_are_built_once(tmp_path):
     cached_warmup(tmp_path / "cache", other, tmp_path / "run3" / "warmup", build)
     assert len(builds) == 2
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted([key, other])  # no staging left over
+
+
+def test_answer_weights_put_the_share_on_the_action_tokens(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    answer = response_ids(tokenizer, "left")  # '<' 'action' '>' 'left' '</' 'action' '>' end-of-turn
+    weights = AnswerWeights(tokenizer, 0.75).answer(answer)
+    word = [k for k, tok in enumerate(answer) if tokenizer.decode([tok]) == "left"]
+    assert len(word) == 1 and len(answer) == 8
+    assert weights[word[0]] == pytest.approx(0.75)
+    assert all(w == pytest.approx(0.25 / 7) for k, w in enumerate(weights) if k != word[0])
+    # an answer with no action inside tags has nothing to balance: a plain mean over its tokens
+    plain = tokenizer("hello there", add_special_tokens=False)["input_ids"]
+    assert AnswerWeights(tokenizer, 0.75).answer(plain) == pytest.approx([1 / len(plain)] * len(plain))
+
+
+def test_weighted_answer_loss_matches_a_hand_computation():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 4, 5)
+    labels = torch.tensor([[-100, -100, 3, 1], [-100, 2, 4, -100]])
+    weights = torch.tensor([[0.0, 0.0, 0.8, 0.2], [0.0, 0.5, 0.5, 0.0]])
+    logp = torch.log_softmax(logits, -1)
+    # logits at position t predict the label at t + 1
+    row0 = -(0.8 * logp[0, 1, 3] + 0.2 * logp[0, 2, 1])
+    row1 = -(0.5 * logp[1, 0, 2] + 0.5 * logp[1, 1, 4])
+    expected = (row0 + row1) / 2
+    got = weighted_answer_loss(logits, labels, weights)
+    # float32 log-softmax of O(1) logits: a few ulps of the O(1) result
+    assert torch.isclose(got, expected, rtol=0, atol=16 * torch.finfo(torch.float32).eps), (got, expected)
