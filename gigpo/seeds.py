@@ -10,7 +10,11 @@ Two kinds, kept apart so that one never repeats the other:
 - **sampling seeds** drive the model's random draws and the trainer's shuffles.
 
 A generate call seeded s gives prompt i the seed s + i on per-request backends (vLLM in process or
-behind a server), or seeds the whole call with s (HF).
+behind a server), or seeds the whole call with s (HF). A batched rollout makes one call per turn, so
+`turn_seed` leaves the low 16 bits of each call's seed free: the seeds of one call's prompts never
+reach another call's. (Until issue 27 the turn seed was `seed * 1000 + turn`: on vLLM prompt i + 1 of
+turn t drew with the seed of prompt i of turn t + 1, and every dynamic-sampling draw of an iteration
+repeated draw 0's seeds.)
 """
 from __future__ import annotations
 
@@ -28,6 +32,10 @@ DEMO_OFFSET = 5_000_000_000
 DEMO_STRIDE = 100_000
 RUN_STRIDE_SAMPLING = 100_003
 """Sampling seed of run seed s, iteration i: s * RUN_STRIDE_SAMPLING + i."""
+DRAW_STRIDE = 2**40
+"""Dynamic sampling's re-draw d of an iteration adds d * DRAW_STRIDE to its sampling seed."""
+REQUESTS_PER_CALL = 2**16
+"""Prompts one generate call may seed (seed + i, i below this) without reaching another call's seeds."""
 
 
 # --------------------------------------------------------------------------- task seeds
@@ -59,9 +67,9 @@ def demo_seeds(env: "EnvConfig", seed: int, rooms: int) -> list[int]:
 
 # --------------------------------------------------------------------------- sampling seeds
 
-def rollout_sampling_seed(run_seed: int, iteration: int) -> int:
-    """The sampling seed of iteration `iteration`'s training rollout (every draw of it)."""
-    return run_seed * RUN_STRIDE_SAMPLING + iteration
+def rollout_sampling_seed(run_seed: int, iteration: int, draw: int = 0) -> int:
+    """The sampling seed of iteration `iteration`'s training rollout, draw `draw` (dynamic sampling's re-draws)."""
+    return run_seed * RUN_STRIDE_SAMPLING + iteration + draw * DRAW_STRIDE
 
 
 def eval_sampling_seed(run_seed: int) -> int:
@@ -69,15 +77,21 @@ def eval_sampling_seed(run_seed: int) -> int:
     return run_seed
 
 
-def turn_seed(seed: int, turn: int) -> int:
-    """The seed of a batched rollout's generate call at turn `turn`, for a rollout seeded `seed`."""
-    return seed * 1000 + turn
+def turn_seed(seed: int, turn: int, requests: int) -> int:
+    """The seed of a batched rollout's generate call at turn `turn` (`requests` prompts), for a rollout
+    seeded `seed`: a 47-bit hash of (seed, turn) shifted up 16 bits, so prompt i's seed + i stays inside
+    this call's own range (ranges of two calls meet only if their hashes collide, 2**-47 a pair)."""
+    if requests > REQUESTS_PER_CALL:
+        raise ValueError(f"a generate call of {requests} prompts: per-prompt seeds would reach the next call's; "
+                         f"at most {REQUESTS_PER_CALL} prompts a turn (fewer env.num_groups x env.group_size)")
+    state = np.random.SeedSequence([seed % 2**64, turn]).generate_state(1, dtype=np.uint64)[0]
+    return int(state >> np.uint64(17)) << 16
 
 
 def request_seed(seed: int, traj: int, step: int) -> int:
     """Async turns: a 31-bit seed for one request, a function of (seed, trajectory, step) only (no
     collisions in practice), so a run repeats whatever order requests finish in."""
-    return int(np.random.SeedSequence([seed, traj, step]).generate_state(1)[0] >> 1)
+    return int(np.random.SeedSequence([seed % 2**64, traj, step]).generate_state(1)[0] >> 1)
 
 
 def probe_seed(run_seed: int, iteration: int) -> int:

@@ -71,7 +71,8 @@ def _play_batched(pool: EnvPool, generator: Generator, prompt_fn: PromptFn, sett
     while live:
         prompts = tally.prompts(prompt_fn, live)
         t1 = time.perf_counter()
-        turn_settings = settings if settings.seed is None else replace(settings, seed=turn_seed(settings.seed, turn))
+        turn_settings = settings if settings.seed is None else replace(
+            settings, seed=turn_seed(settings.seed, turn, len(prompts)))
         completions = generator.generate(prompts, turn_settings)
         t2 = time.perf_counter()
         results = pool.step({v.episode_idx: env_answer(c) for v, c in zip(live, completions)})

@@ -16,6 +16,7 @@ import json
 import random
 import resource
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -133,7 +134,8 @@ def redraw_uninformative(run: Run, iteration: int, batch, episodes: list, settin
         if len(keep) >= e.num_groups:
             break
         extra = rollout(run.pool, run.generator, run.prompt_fn, train_seeds(config, iteration, draw), e.group_size,
-                        settings, config.rollout.max_prompt_tokens, group_offset=draw * e.num_groups)
+                        replace(settings, seed=rollout_sampling_seed(config.trainer.seed, iteration, draw)),
+                        config.rollout.max_prompt_tokens, group_offset=draw * e.num_groups)
         draws.append(StepBatch.from_records(extra.steps, where=f"iteration {iteration}, re-draw {draw}"))
         episodes = episodes + extra.episodes
         keep |= informative(draws[-1])
