@@ -18,7 +18,7 @@ import resource
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
@@ -26,6 +26,10 @@ from gigpo.config import Config
 from gigpo.seeds import probe_seed, rollout_sampling_seed, train_seeds
 from gigpo.trainer.nonfinite import require_finite
 from gigpo.trainer.setup import Run
+
+if TYPE_CHECKING:
+    from gigpo.rollout.types import SamplingSettings
+    from gigpo.trainer.step_batch import StepBatch
 
 GAP_PROBE = 32
 """Samples whose log-probs the trainer recomputes each iteration when the old ones come from the generator."""
@@ -92,7 +96,7 @@ def run_iteration(run: Run, iteration: int) -> bool:
 
 # --------------------------------------------------------------------------- rollout (rank 0)
 
-def play(run: Run, iteration: int, metrics: dict[str, float]):
+def play(run: Run, iteration: int, metrics: dict[str, float]) -> tuple["StepBatch", list]:
     """B groups x N episodes (re-drawing uninformative groups under dynamic sampling): the StepBatch to
     train on and the episodes played."""
     from gigpo.rollout.collect import rollout
@@ -120,7 +124,8 @@ def play(run: Run, iteration: int, metrics: dict[str, float]):
     return batch, episodes
 
 
-def redraw_uninformative(run: Run, iteration: int, batch, episodes: list, settings, metrics: dict[str, float]):
+def redraw_uninformative(run: Run, iteration: int, batch: "StepBatch", episodes: list, settings: "SamplingSettings",
+                         metrics: dict[str, float]) -> tuple["StepBatch", list]:
     """Dynamic sampling: re-draw task groups until B have differing returns (or `max_resample` re-draws);
     keep the first B of those. Every step played counts toward the env-step budget."""
     from gigpo.advantage.sampling import informative_groups
@@ -155,7 +160,8 @@ def redraw_uninformative(run: Run, iteration: int, batch, episodes: list, settin
 
 # --------------------------------------------------------------------------- learning (every rank)
 
-def learn(run: Run, iteration: int, batch, episodes: Optional[list], last: bool, timer, metrics: dict[str, float]) -> None:
+def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list], last: bool, timer,
+          metrics: dict[str, float]) -> None:
     """Advantages, old and reference log-probs, the PPO-clip update (and the critic's), the weight sync."""
     from gigpo.advantage.diagnostics import revisit_diagnostics, step_group_diagnostics
     from gigpo.trainer.setup import push_weights
