@@ -71,7 +71,9 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from gigpo.rollout.collect import rollout
-    from gigpo.trainer import loop
+    from gigpo.seeds import train_seeds
+    from gigpo.trainer import setup
+    from gigpo.trainer.step_batch import StepBatch
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="HF model directory, e.g. RUN/warmup/hf")
@@ -85,13 +87,13 @@ def main() -> None:
     if config.env.id not in ("gigpo/Sokoban-v0", "gigpo/Maze-v0"):
         raise SystemExit(f"this benchmark labels moves with the Sokoban or maze solver; the recipe plays {config.env.id}")
     tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
-    pool, generator = loop.build_pool(config), loop.build_generator(config, args.checkpoint)
-    prompt_fn = loop.build_prompt_fn(config, tokenizer)
+    pool, generator = setup.build_pool(config), setup.build_generator(config, args.checkpoint)
+    prompt_fn = setup.build_prompt_fn(config, tokenizer)
     steps, episodes = [], []
     try:
         for it in range(1, args.iterations + 1):
-            batch = rollout(pool, generator, prompt_fn, loop.train_seeds(config, it), config.env.group_size,
-                            loop.sampling(config, evaluation=False, seed=it), config.rollout.max_prompt_tokens,
+            batch = rollout(pool, generator, prompt_fn, train_seeds(config, it), config.env.group_size,
+                            setup.sampling(config, evaluation=False, seed=it), config.rollout.max_prompt_tokens,
                             group_offset=it * config.env.num_groups)
             steps += batch.steps
             episodes += batch.episodes
@@ -106,7 +108,7 @@ def main() -> None:
     keep = np.array([x is not None for x in labels])
     optimal = np.array([bool(x) for x in labels])
     print(f"{len(steps)} steps, {keep.sum()} with a valid move from a solvable state, {optimal.sum()} of them optimal")
-    rows = loop.step_rows(steps)
+    rows = StepBatch.from_records(steps).rows
     a = config.algorithm
     separation = {}
     for name in ("gigpo", "grpo", "rloo"):

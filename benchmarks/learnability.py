@@ -24,7 +24,9 @@ from gigpo.config import load_config
 from gigpo.envs.demos import collect_demonstrations
 from gigpo.models.resolve import resolve_model_path
 from gigpo.rollout.hf_backend import HFGenerator
-from gigpo.trainer.loop import build_pool, build_prompt_fn, evaluate
+from gigpo.seeds import demo_seeds, warmup_seed
+from gigpo.trainer.evaluation import evaluate
+from gigpo.trainer.setup import build_pool, build_prompt_fn
 from gigpo.trainer.warmup import response_ids, supervised_warmup
 
 
@@ -68,9 +70,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp, build_pool(config) as pool:
         eval_pool = build_pool(config, evaluation=True) if e.eval_kwargs else pool
-        seed = t.seed if t.sft_seed is None else t.sft_seed  # the recipe's own demonstrations, as warm_up() makes them
-        demo_seeds = [e.train_seed_start + 5_000_000_000 + seed * 100_000 + i for i in range(t.sft_rooms)]
-        demos = collect_demonstrations(pool, demo_seeds, explore=1.0 - t.sft_expert_share, seed=seed)
+        seed = warmup_seed(t)  # the recipe's own demonstrations, as warm_up() makes them
+        demos = collect_demonstrations(pool, demo_seeds(e, seed, t.sft_rooms), explore=1.0 - t.sft_expert_share, seed=seed)
         for name, changes in variants:
             model_path = variant_model(base, changes, Path(tmp) / name)
             generator = HFGenerator(model_path, dtype="fp32")

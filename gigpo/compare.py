@@ -208,7 +208,7 @@ def warmup_digest(run_dir: Path) -> Optional[str]:
 def task_seed_check(out: Path, algos: Sequence[str], seeds: Sequence[int]) -> str:
     """Whether seed k of every algorithm drew the same task seeds in every iteration, from the runs' configs."""
     from gigpo.config import build_config
-    from gigpo.trainer.loop import train_seeds
+    from gigpo.seeds import train_seeds
 
     import yaml
 

@@ -19,17 +19,11 @@ from dataclasses import replace
 from multiprocessing.connection import wait
 from typing import Any, Callable, Optional
 
-import numpy as np
-
 from gigpo.envs.pool import EnvPool, EpisodeView
 from gigpo.rollout.generator import CompletionCallback, Generator
 from gigpo.rollout.records import PromptFn, RolloutTally, env_answer
 from gigpo.rollout.types import Completion, SamplingSettings
-
-
-def request_seed(seed: int, traj: int, step: int) -> int:
-    """A 31-bit seed for one request, a function of (seed, trajectory, step) only (no collisions in practice)."""
-    return int(np.random.SeedSequence([seed, traj, step]).generate_state(1)[0] >> 1)
+from gigpo.seeds import request_seed
 
 
 class CompletionInbox:

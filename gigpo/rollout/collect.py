@@ -20,6 +20,7 @@ from gigpo.rollout.async_turns import play_async
 from gigpo.rollout.generator import Generator, Turns
 from gigpo.rollout.records import EpisodeSummary, PromptFn, Rollout, RolloutTally, StepRecord, env_answer
 from gigpo.rollout.types import SamplingSettings
+from gigpo.seeds import turn_seed
 
 __all__ = ["EpisodeSummary", "PromptFn", "Rollout", "StepRecord", "rollout"]
 
@@ -70,7 +71,8 @@ def _play_batched(pool: EnvPool, generator: Generator, prompt_fn: PromptFn, sett
     while live:
         prompts = tally.prompts(prompt_fn, live)
         t1 = time.perf_counter()
-        turn_settings = settings if settings.seed is None else replace(settings, seed=settings.seed * 1000 + turn)
+        turn_settings = settings if settings.seed is None else replace(
+            settings, seed=turn_seed(settings.seed, turn, len(prompts)))
         completions = generator.generate(prompts, turn_settings)
         t2 = time.perf_counter()
         results = pool.step({v.episode_idx: env_answer(c) for v, c in zip(live, completions)})

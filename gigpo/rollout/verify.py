@@ -94,10 +94,18 @@ def default_tolerance(dtype: str) -> tuple[float, float]:
     return DEFAULT_TOLERANCE[torch_dtype(dtype)]
 
 
-def sync_weights(generator: Generator, model: torch.nn.Module, version: int,
+def sync_weights(generator: Optional[Generator], model: torch.nn.Module, version: int,
                  verifier: Optional[SyncVerifier] = None,
                  named_tensors: Optional[Iterable[tuple[str, torch.Tensor]]] = None) -> Optional[float]:
     """What the trainer calls after an optimiser phase: push `model`'s parameters (or the given
-    gathered `named_tensors`) as `version`, then verify if a verifier is given (returns the gap)."""
-    generator.update_weights(named_tensors if named_tensors is not None else model.named_parameters(), version)
+    gathered `named_tensors`) as `version`, then verify if a verifier is given (returns the gap).
+
+    Without a generator (the ranks other than 0) the tensors are still iterated: gathering them under
+    ZeRO-3 is collective, so every rank must take part."""
+    tensors = named_tensors if named_tensors is not None else model.named_parameters()
+    if generator is None:
+        for _ in tensors:
+            pass
+        return None
+    generator.update_weights(tensors, version)
     return verifier.check(model) if verifier is not None else None

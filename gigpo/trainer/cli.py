@@ -43,7 +43,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from gigpo.config import load_config
-    from gigpo.trainer.loop import evaluate_checkpoint
+    from gigpo.trainer.evaluation import evaluate_checkpoint
 
     config = load_config(args.recipe, args.overrides)
     evaluate_checkpoint(config, args.checkpoint, episodes=args.episodes)

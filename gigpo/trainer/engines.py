@@ -32,6 +32,7 @@ from gigpo.trainer.batching import Layout, MicroBatch, TrainSample, collate, pla
 from gigpo.trainer.losses import aggregate, kl_k3, policy_loss, token_logp_entropy, value_loss  # noqa: E402
 from gigpo.trainer import lora  # noqa: E402
 from gigpo.trainer.nonfinite import NonFiniteError  # noqa: E402  (the one NaN/inf exception; re-exported)
+from gigpo.seeds import minibatch_seed  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -342,7 +343,7 @@ class _TrainedEngine(_MicroBatchedModel):
         sums: dict[str, float] = defaultdict(float)
         steps, grad_norms, micro, packed, real, budget_used = 0, [], 0, 0, 0, 0
         for mini in minibatches([x.prompt_ids for x in samples], s.mini_batch_size, s.ppo_epochs,
-                                s.seed * 1_000_003 + self.updates, s.minibatch_by_prompt, s.mini_batches):
+                                minibatch_seed(s.seed, self.updates), s.minibatch_by_prompt, s.mini_batches):
             subset = [samples[i] for i in mini]
             tokens = sum(len(x.response_ids) for x in subset)
             denominator = float(tokens if self._loss_agg() == "token-mean" else len(subset))

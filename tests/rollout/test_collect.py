@@ -47,7 +47,8 @@ def played(tiny_model_dir):
 
     from gigpo.config import load_config
     from gigpo.rollout.collect import rollout
-    from gigpo.trainer.loop import build_pool, build_prompt_fn, sampling, train_seeds
+    from gigpo.seeds import train_seeds
+    from gigpo.trainer.setup import build_pool, build_prompt_fn, sampling
 
     config = load_config("recipes/sokoban_tiny.yaml", ["env.num_groups=3", "env.group_size=4", "env.max_steps=5",
                                                        "env.workers=1"])
@@ -85,11 +86,11 @@ def test_records_match_a_replay_with_the_anchor_before_the_action(played):
 
 def test_gigpo_step_groups_merge_shared_states_and_carry_a_signal(played):
     from gigpo.advantage.estimators import compute_advantages
-    from gigpo.trainer.loop import step_rows
+    from gigpo.trainer.step_batch import StepBatch
 
     config, _, _, result = played
     a = config.algorithm
-    out = compute_advantages("gigpo", step_rows(result.steps), gamma=a.gamma, lam=a.lam, step_weight=a.step_weight,
+    out = compute_advantages("gigpo", StepBatch.from_records(result.steps).rows, gamma=a.gamma, lam=a.lam, step_weight=a.step_weight,
                              norm=a.norm, episode_stats=a.episode_stats, similarity=a.similarity,
                              step_min_spread=a.step_min_spread)
     first_steps = [i for i, r in enumerate(result.steps) if r.step == 0]

@@ -278,7 +278,8 @@ def test_a_rollout_reuses_prompts_across_turns_and_leaves_no_cache_behind(tiny_m
     earlier turn ran, give the episodes a full prefill gives, and be gone when the rollout ends."""
     from gigpo.config import load_config
     from gigpo.rollout.collect import rollout
-    from gigpo.trainer.loop import build_pool, build_prompt_fn, sampling, train_seeds
+    from gigpo.seeds import train_seeds
+    from gigpo.trainer.setup import build_pool, build_prompt_fn, sampling
 
     config = load_config("recipes/sokoban_tiny.yaml", ["env.num_groups=2", "env.group_size=4", "env.max_steps=5"])
     cached = HFGenerator(str(tiny_model_dir), dtype="fp32")

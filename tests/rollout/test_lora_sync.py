@@ -2,7 +2,7 @@
 
 The actor is a real DeepSpeed engine with peft adapters. "HF with adapters applied" is transformers'
 generate on the base model with the adapters of the actor's checkpoint loaded by peft; the generators
-must equal it after the sync (the loop's own `sync_weights`, with the probe verifier) and differ
+must equal it after the sync (the loop's own `push_weights`, with the probe verifier) and differ
 before it. The server starts from the merged model of a checkpoint, so vLLM's loading of it is checked too.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.server_client import ServerGenerator
 from gigpo.rollout.verify import SyncVerifier
 from gigpo.trainer.checkpoint import save_checkpoint
-from gigpo.trainer.loop import sync_weights
+from gigpo.trainer.setup import push_weights
 
 from support.greedy import assert_greedy_matches, tokens
 
@@ -79,7 +79,7 @@ def check_sync(actor, generator, tiny_model_dir: Path, run_dir: Path, seed: int)
     expected = greedy_with_adapters(tiny_model_dir, ckpt / "adapter")
     assert [c.token_ids for c in generator.generate(PROMPTS, GREEDY)] != expected, "stale weights look synced"
     verifier = SyncVerifier(generator, actor.hf_module().config.vocab_size, atol=2e-3)
-    sync_weights(actor, generator, version=generator.version + 1, verifier=verifier)  # raises on a mismatch
+    push_weights(actor, generator, version=generator.version + 1, verifier=verifier)  # raises on a mismatch
     assert_answers_like_adapters(generator, tiny_model_dir, ckpt / "adapter")
 
 

@@ -10,7 +10,7 @@ from scipy import stats
 from gigpo.compare import RunResult, mean_curve_efficiency, paired_efficiency, phase_means
 from gigpo.config import load_config
 from gigpo.paired import mean_band, paired_stats, t_interval
-from gigpo.trainer.loop import train_seeds
+from gigpo.seeds import train_seeds
 
 
 def test_t_interval_matches_the_textbook_formula():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ def synthetic_rollout(n_groups: int, group_size: int, length: int, seed: int = 0
     group (so states recur and step groups form), with the rows and the real GiGPO result for them."""
     from gigpo.advantage.estimators import compute_advantages
     from gigpo.rollout.collect import EpisodeSummary, StepRecord
-    from gigpo.trainer.loop import step_rows
+    from gigpo.trainer.step_batch import StepBatch
 
     rng = np.random.default_rng(seed)
     steps, episodes = [], []
@@ -43,7 +44,9 @@ def synthetic_rollout(n_groups: int, group_size: int, length: int, seed: int = 0
                                            episode_return=sum(s.reward for s in steps[first:]), length=n,
                                            invalid_steps=sum(not s.action_valid for s in steps[first:]),
                                            task_type="", error=None))
-    rows = step_rows(steps, values=rng.normal(size=len(steps)) if estimator == "ppo" else None)
+    rows = StepBatch.from_records(steps).rows
+    if estimator == "ppo":
+        rows = replace(rows, value=rng.normal(size=len(steps)))
     result = compute_advantages(estimator, rows, gamma=0.95, lam=1.0, step_weight=1.0, norm="std",
                                 episode_stats="trajectory", similarity=None)
     return steps, episodes, rows, result

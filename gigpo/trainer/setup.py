@@ -1,0 +1,193 @@
+"""Everything the training loop needs before its first iteration, built once from the config.
+
+`set_up(config, resume)` returns a `Run`: the model (after the supervised warm-up, if any), the
+DeepSpeed engines (actor; reference for KL; critic for PPO), and on rank 0 the env pools, prompt
+builder, generator, sync verifier, metrics logger and rollout recorder; `Run.close()` releases them.
+The `build_*` helpers are also what `gigpo eval` and the benchmarks build their pieces with.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from gigpo.config import Config, dump_config
+
+
+def build_generator(config: Config, model_path: str):
+    from gigpo.rollout.factory import generator_from_config
+
+    return generator_from_config(config.rollout, model_path, config.model.dtype, config.trainer.seed)
+
+
+def build_pool(config: Config, evaluation: bool = False):
+    """The env pool for training episodes, or for evaluation ones (with `env.eval_kwargs` merged in)."""
+    from gigpo.envs.pool import EnvPool
+
+    e = config.env
+    kwargs = {"invalid_action_penalty": e.invalid_action_penalty, **e.kwargs, **(e.eval_kwargs if evaluation else {})}
+    return EnvPool(e.id, env_kwargs=kwargs, max_steps=e.max_steps, workers=e.workers, step_timeout_s=e.step_timeout_s)
+
+
+def build_prompt_fn(config: Config, tokenizer):
+    """Episode views -> prompt token ids, batched through the tokenizer's chat template."""
+    from gigpo.envs.prompt import PromptBuilder
+
+    builder = PromptBuilder(tokenizer, config.env.max_steps, config.env.history_length, config.env.prompt_template,
+                            system=config.env.system_prompt, chat_template=config.model.chat_template)
+    return builder.batch_token_ids
+
+
+def sampling(config: Config, evaluation: bool, seed: Optional[int]):
+    """The rollout's sampling settings: training (rollout.temperature, top_p) or evaluation (eval_temperature)."""
+    from gigpo.rollout.types import SamplingSettings
+
+    r = config.rollout
+    return SamplingSettings(temperature=r.eval_temperature if evaluation else r.temperature,
+                            top_p=1.0 if evaluation else r.top_p, max_new_tokens=r.max_new_tokens,
+                            stop=tuple(r.stop), seed=seed)
+
+
+def old_logprobs_from_generator(config: Config) -> bool:
+    """Whether the generator's log-probs serve as the PPO ratio's old ones (trainer.old_logprobs).
+
+    `auto` takes them only where they are the actor's own up to float rounding: the hf backend holds
+    the actor's weights in the same dtype, and at temperature 1 both score the same distribution.
+    """
+    choice = config.trainer.old_logprobs
+    if choice != "auto":
+        return choice == "generator"
+    return config.rollout.backend == "hf" and config.model.dtype == "fp32" and config.rollout.temperature == 1.0
+
+
+def build_verifier(config: Config, generator, vocab_size: int, world_size: int):
+    """The probe that checks every sync (rollout.verify_sync); needs the full model on rank 0."""
+    from gigpo.rollout.verify import SyncVerifier, default_tolerance
+
+    if not config.rollout.verify_sync or generator is None:
+        return None
+    if config.trainer.zero_stage == 3 and world_size > 1:
+        print("gigpo: rollout.verify_sync is skipped under ZeRO-3 with several ranks (the probe forward would "
+              "need every rank)", flush=True)
+        return None
+    return SyncVerifier(generator, vocab_size, *default_tolerance(config.model.dtype))
+
+
+def push_weights(actor, generator, version: int, verifier=None) -> dict[str, float]:
+    """The actor's weights into the generator (None off rank 0) as `version`; every rank iterates them
+    (ZeRO-3 gathers are collective). A verifier's largest log-prob gap comes back as `rollout/sync_gap_max`."""
+    from gigpo.rollout.verify import sync_weights
+
+    gap = sync_weights(generator, actor.hf_module(), version, verifier, actor.named_weights())
+    return {} if gap is None else {"rollout/sync_gap_max": gap}
+
+
+@dataclass
+class Run:
+    """What the loop works with; rank 0 alone holds pools, generator, logger (None elsewhere)."""
+
+    config: Config
+    main: bool
+    world_size: int
+    run_dir: Path
+    model_path: str
+    tokenizer: Any
+    actor: Any
+    reference: Any = None
+    critic: Any = None
+    pool: Any = None
+    eval_pool: Any = None
+    prompt_fn: Any = None
+    generator: Any = None
+    verifier: Any = None
+    logger: Any = None
+    recorder: Any = None
+    from_generator: bool = False
+    """Old log-probs come from the generator (old_logprobs_from_generator)."""
+    state: dict[str, Any] = field(default_factory=lambda: {"iteration": 0, "env_steps_total": 0})
+    """What a checkpoint keeps of the loop: the last finished iteration, env steps so far."""
+
+    def close(self) -> None:
+        from gigpo.trainer.distributed import shutdown_distributed
+
+        if self.generator is not None:
+            self.generator.close()
+        for env_pool in {id(p): p for p in (self.pool, self.eval_pool) if p is not None}.values():
+            env_pool.close()
+        if self.logger is not None:
+            self.logger.close()
+        shutdown_distributed()
+
+
+def set_up(config: Config, resume: bool = False) -> Run:
+    """Model, warm-up, engines, generator and logs; restores the latest checkpoint when `resume`."""
+    from transformers import AutoTokenizer
+
+    from gigpo.models.resolve import resolve_model_path
+    from gigpo.trainer.batching import check_token_budget
+    from gigpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
+    from gigpo.trainer.distributed import barrier, broadcast_object, init_distributed
+    from gigpo.trainer.engines import ActorEngine, CriticEngine, ReferenceModel, settings_from_config
+    from gigpo.trainer.lora import AdapterFreeReference
+    from gigpo.trainer.metrics import MetricsLogger
+    from gigpo.trainer.warm_start import warm_up
+    from gigpo.viewer.records import RolloutRecorder
+
+    t, a, e = config.trainer, config.algorithm, config.env
+    # fail on a bad recipe before any model, process or environment is started
+    check_token_budget(config.rollout.max_prompt_tokens, config.rollout.max_new_tokens, t.micro_token_budget)
+    rank = init_distributed()
+    main = rank.is_main
+    run_dir = Path(t.run_dir)
+    random.seed(t.seed)
+    np.random.seed(t.seed)
+
+    # ---- model, optional supervised warm-up (rank 0, before the engines exist)
+    model_path = resolve_model_path(config.model.path, config.model.init, config.model.corpus, config.model.seed) if main else None
+    model_path = broadcast_object(model_path)
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if resume and checkpoint is None and main:
+        print(f"gigpo: --resume found no checkpoint in {run_dir / 'checkpoints'}; starting from the beginning", flush=True)
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(dump_config(config))
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    pool = build_pool(config) if main else None
+    eval_pool = (build_pool(config, evaluation=True) if e.eval_kwargs else pool) if main else None
+    prompt_fn = build_prompt_fn(config, tokenizer) if main else None
+    warm_dir = run_dir / "warmup"
+    if t.sft_steps > 0:
+        if main and not (warm_dir / "hf" / "config.json").is_file():
+            warm_up(config, model_path, pool, prompt_fn, tokenizer, warm_dir)
+        barrier()
+        model_path = str(warm_dir / "hf")
+
+    # ---- engines: actor (trained), reference (frozen, for KL), critic (PPO only)
+    engine_settings, loss_settings = settings_from_config(config)
+    actor = ActorEngine(model_path, engine_settings, loss_settings)
+    run = Run(config, main, rank.world_size, run_dir, model_path, tokenizer, actor, pool=pool, eval_pool=eval_pool,
+              prompt_fn=prompt_fn, recorder=RolloutRecorder.from_config(config, run_dir))  # records for `gigpo view`
+    if a.kl_coef > 0:  # with LoRA the reference is the actor with its adapters off: no second model
+        run.reference = AdapterFreeReference(actor) if engine_settings.lora else ReferenceModel(model_path, engine_settings)
+    if a.estimator == "ppo":
+        run.critic = CriticEngine(model_path, *settings_from_config(config, critic=True))
+    if checkpoint is not None:
+        restored = load_checkpoint(checkpoint, actor, run.critic)
+        run.state = {**run.state, **restored.loop_state, "iteration": restored.iteration}
+
+    # ---- generator (rank 0) and logs
+    run.generator = build_generator(config, model_path) if main else None
+    run.from_generator = old_logprobs_from_generator(config)
+    run.verifier = build_verifier(config, run.generator, actor.hf_module().config.vocab_size, rank.world_size)
+    if main:
+        run.logger = MetricsLogger(run_dir, config.logging.wandb_mode, config.logging.wandb_project,
+                                   config.model_dump(mode="json"), run_dir.name)
+        run.logger.truncate_after(run.state["iteration"])
+        print(f"gigpo: training {a.estimator} on {e.id} with {model_path}: iterations {run.state['iteration'] + 1}.."
+              f"{t.iterations}, {e.num_groups} groups x {e.group_size}, run dir {run_dir}", flush=True)
+    if checkpoint is not None:
+        push_weights(actor, run.generator, run.state["iteration"], run.verifier)
+    return run
