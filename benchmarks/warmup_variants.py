@@ -31,7 +31,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LM
 from gigpo.config import load_config
 from gigpo.envs.demos import collect_demonstrations
 from gigpo.models.resolve import resolve_model_path
-from gigpo.trainer.loop import build_pool, build_prompt_fn
+from gigpo.seeds import demo_seeds
+from gigpo.trainer.setup import build_pool, build_prompt_fn
 from gigpo.trainer.warmup import AnswerWeights, response_ids, weighted_answer_loss
 
 Pair = tuple[list[int], list[int]]
@@ -93,8 +94,7 @@ def main() -> None:
     base = str(resolve_model_path(config.model.path, config.model.init, config.model.corpus, config.model.seed))
     tokenizer = AutoTokenizer.from_pretrained(base)
     with build_pool(config) as pool:
-        train_seeds = [e.train_seed_start + 5_000_000_000 + i for i in range(t.sft_rooms)]
-        demos = collect_demonstrations(pool, train_seeds, explore=1.0 - t.sft_expert_share, seed=0)
+        demos = collect_demonstrations(pool, demo_seeds(e, 0, t.sft_rooms), explore=1.0 - t.sft_expert_share, seed=0)
         held = collect_demonstrations(pool, [e.eval_seed_start + i for i in range(args.held_out_rooms)],
                                       explore=1.0 - t.sft_expert_share, seed=1)
     prompt_fn = build_prompt_fn(config, tokenizer)
