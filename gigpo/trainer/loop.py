@@ -97,15 +97,17 @@ def sampling(config: Config, evaluation: bool, seed: Optional[int]):
                             stop=tuple(r.stop), seed=seed)
 
 
-def step_rows(steps, values: Optional[Sequence[float]] = None):
-    """The advantage module's rows for a rollout's steps (anchors hashed once, here)."""
+def step_rows(steps, values: Optional[Sequence[float]] = None, mixed_versions: bool = False):
+    """The advantage module's rows for a rollout's steps (anchors hashed once, here, with the policy version
+    unless mixed_versions: gigpo.trainer.pipeline.grouping_anchors)."""
     from gigpo.advantage.anchors import anchor_keys
     from gigpo.advantage.rows import StepRows
+    from gigpo.trainer.pipeline import grouping_anchors
 
     texts = [s.anchor for s in steps]
     return StepRows(group=np.array([s.group for s in steps]), traj=np.array([s.traj for s in steps]),
                     step=np.array([s.step for s in steps]), reward=np.array([s.reward for s in steps]),
-                    anchor=anchor_keys(texts), value=None if values is None else np.asarray(values), anchor_text=texts)
+                    anchor=anchor_keys(grouping_anchors(steps, mixed_versions)), value=None if values is None else np.asarray(values), anchor_text=texts)
 
 
 def old_logprobs_from_generator(config: Config) -> bool:
@@ -115,6 +117,8 @@ def old_logprobs_from_generator(config: Config) -> bool:
     the actor's weights in the same dtype, and at temperature 1 both score the same distribution.
     """
     choice = config.trainer.old_logprobs
+    if config.rollout.mode == "async":  # the generator's are a stale policy's: the behaviour log-probs
+        return False
     if choice != "auto":
         return choice == "generator"
     return config.rollout.backend == "hf" and config.model.dtype == "fp32" and config.rollout.temperature == 1.0
@@ -309,6 +313,52 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
         logger.log(0, {**evaluate(config, eval_pool, generator, prompt_fn, on_rollout=recorder.eval_hook(0)),
                        "rollout/env_steps_total": 0})
 
+    def play(iteration: int) -> tuple[list, list, dict[str, float]]:
+        """Iteration `iteration`'s rollout (rank 0): B groups x N episodes, re-drawing uninformative groups if
+        asked. Runs where the pipeline says: here (rollout.mode=sync) or on its producer thread (async)."""
+        metrics: dict[str, float] = {}
+        settings = sampling(config, evaluation=False, seed=t.seed * 100_003 + iteration)
+        bar = EpisodeBar(f"iter {iteration} rollout", config.logging.progress)
+        batch = rollout(pool, pipeline.generator, prompt_fn, train_seeds(config, iteration), e.group_size, settings,
+                        config.rollout.max_prompt_tokens, progress=bar)
+        bar.close()
+        steps, episodes = batch.steps, batch.episodes
+        metrics.update(batch.metrics())
+        metrics.update(batch.env_faults)
+        metrics.update(pool.stats().as_metrics())
+        check_finite("rewards", [s.reward for s in steps], iteration, "rollout")
+        if a.dynamic_sampling:
+            keep = informative_group_ids(steps)
+            for draw in range(1, a.max_resample + 1):
+                if len(keep) >= e.num_groups:
+                    break
+                extra = rollout(pool, pipeline.generator, prompt_fn, train_seeds(config, iteration, draw), e.group_size,
+                                settings, config.rollout.max_prompt_tokens, group_offset=draw * e.num_groups)
+                check_finite("rewards", [s.reward for s in extra.steps], iteration, f"re-draw {draw}")
+                steps, episodes = steps + extra.steps, episodes + extra.episodes
+                keep |= informative_group_ids(extra.steps)
+                metrics["rollout/draws"] = float(draw + 1)
+            kept = sorted(keep)[: e.num_groups]
+            metrics["rollout/kept_groups"] = float(len(kept))
+            metrics["rollout/env_steps"] = float(len(steps))  # every step played counts toward the budget
+            steps = [s for s in steps if s.group in set(kept)]
+            metrics["rollout/trained_steps"] = float(len(steps))
+            if not steps:
+                print(f"gigpo: iteration {iteration}: no group with differing returns after "
+                      f"{int(metrics.get('rollout/draws', 1))} draw(s); skipping the update "
+                      f"(raise algorithm.max_resample or make the start stronger)", flush=True)
+        metrics["time/generate"] = batch.seconds_generate
+        metrics["time/env"] = batch.seconds_env
+        return steps, episodes, metrics
+
+    # ---- issue 27 hook: the rollout pipeline (gigpo.trainer.pipeline) plays rollouts, syncs weights and runs
+    # evaluations; in async mode on a thread of its own, overlapping the next rollout with this update
+    from gigpo.trainer.pipeline import RolloutPipeline
+
+    r = config.rollout
+    pipeline = RolloutPipeline(play if main else None, generator, r.mode, r.max_staleness, version=state["iteration"],
+                               last_iteration=t.iterations, importance_cap=r.importance_cap,
+                               mixed_versions=r.group_versions == "mixed")
     try:
         for iteration in range(start, t.iterations + 1):
             timer = PhaseTimer()
@@ -319,38 +369,8 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
             steps = None
             if main:
                 with timer("rollout"):
-                    settings = sampling(config, evaluation=False, seed=t.seed * 100_003 + iteration)
-                    bar = EpisodeBar(f"iter {iteration} rollout", config.logging.progress)
-                    batch = rollout(pool, generator, prompt_fn, train_seeds(config, iteration), e.group_size, settings,
-                                    config.rollout.max_prompt_tokens, progress=bar)
-                    bar.close()
-                    steps, episodes = batch.steps, batch.episodes
-                    metrics.update(batch.metrics())
-                    metrics.update(batch.env_faults)
-                    metrics.update(pool.stats().as_metrics())
-                    check_finite("rewards", [s.reward for s in steps], iteration, "rollout")
-                    if a.dynamic_sampling:
-                        keep = informative_group_ids(steps)
-                        for draw in range(1, a.max_resample + 1):
-                            if len(keep) >= e.num_groups:
-                                break
-                            extra = rollout(pool, generator, prompt_fn, train_seeds(config, iteration, draw), e.group_size,
-                                            settings, config.rollout.max_prompt_tokens, group_offset=draw * e.num_groups)
-                            check_finite("rewards", [s.reward for s in extra.steps], iteration, f"re-draw {draw}")
-                            steps, episodes = steps + extra.steps, episodes + extra.episodes
-                            keep |= informative_group_ids(extra.steps)
-                            metrics["rollout/draws"] = float(draw + 1)
-                        kept = sorted(keep)[: e.num_groups]
-                        metrics["rollout/kept_groups"] = float(len(kept))
-                        metrics["rollout/env_steps"] = float(len(steps))  # every step played counts toward the budget
-                        steps = [s for s in steps if s.group in set(kept)]
-                        metrics["rollout/trained_steps"] = float(len(steps))
-                        if not steps:
-                            print(f"gigpo: iteration {iteration}: no group with differing returns after "
-                                  f"{int(metrics.get('rollout/draws', 1))} draw(s); skipping the update "
-                                  f"(raise algorithm.max_resample or make the start stronger)", flush=True)
-                    metrics["time/generate"] = batch.seconds_generate
-                    metrics["time/env"] = batch.seconds_env
+                    steps, episodes, rollout_metrics = pipeline.collect(iteration)  # issue 27 hook: the rollout
+                    metrics.update(rollout_metrics)
                     state["env_steps_total"] += int(metrics["rollout/env_steps"])
                     metrics["rollout/env_steps_total"] = float(state["env_steps_total"])
 
@@ -367,7 +387,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
                     if critic is not None:  # V(s_t): the critic's value where the response starts
                         token_values = critic.compute_values([TrainSample(s.prompt_ids, s.response_ids) for s in steps])
                         values = [float(v[0]) for v in token_values]
-                    rows = step_rows(steps, values)
+                    rows = step_rows(steps, values, mixed_versions=config.rollout.group_versions == "mixed")
                     result = compute_advantages(a.estimator, rows, gamma=a.gamma, lam=a.lam, step_weight=a.step_weight,
                                                 norm=a.norm, episode_stats=a.episode_stats, similarity=a.similarity,
                                                 step_min_spread=a.step_min_spread)
@@ -404,6 +424,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
                             sample.logp_old = logp
                         if main:
                             metrics.update(logprob_gap([s.response_logprobs for s in steps], old))
+                    metrics.update(pipeline.correct(samples, steps))  # issue 27 hook: async's importance weights
                     if reference is not None:
                         for sample, logp in zip(samples, reference.compute_log_probs(samples)):
                             sample.logp_ref = logp
@@ -423,11 +444,14 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
                 # ---- weight sync into the generator
                 with timer("sync"):
-                    metrics.update(sync_weights(actor, generator, version=iteration, verifier=verifier))
+                    # issue 27 hook: async mode queues the weights for the producer, between two rollouts
+                    metrics.update(pipeline.sync(actor.named_weights(), iteration) if pipeline.is_async
+                                   else sync_weights(actor, generator, version=iteration, verifier=verifier))
 
             if main and (iteration % t.eval_every == 0 or last):  # the final policy is always evaluated
                 with timer("eval"):
-                    metrics.update(evaluate(config, eval_pool, generator, prompt_fn, on_rollout=recorder.eval_hook(iteration)))
+                    metrics.update(pipeline.call(lambda: evaluate(config, eval_pool, generator, prompt_fn,
+                                                                  on_rollout=recorder.eval_hook(iteration))))
             metrics.update(timer.metrics())
             metrics["time/iteration"] = time.perf_counter() - iteration_start
             metrics["perf/peak_rss_gb"] = peak_rss_gb()
@@ -445,6 +469,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
                 break
         summary = finish(run_dir, state) if main else {}
     finally:
+        pipeline.close()  # joins the async producer thread before what it uses closes
         if generator is not None:
             generator.close()
         for env_pool in {id(p): p for p in (pool, eval_pool) if p is not None}.values():
