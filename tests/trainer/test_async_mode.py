@@ -209,6 +209,29 @@ def test_close_stops_a_rollout_in_flight_and_producer_errors_reach_the_controlle
     assert not rollout_threads()
 
 
+def test_a_crashing_env_ends_only_its_episode_on_the_producer_thread(hf_generator) -> None:
+    import gigpo.envs
+    from envs.faulty_envs import CounterEnv
+    from gigpo.envs.pool import EnvPool
+
+    gigpo.envs.register_env("test/CounterAsync-v0", CounterEnv)
+
+    with EnvPool("test/CounterAsync-v0", workers=1, step_timeout_s=5.0) as pool:
+        def produce(iteration: int) -> list:  # the pool stepped from the producer thread, as a rollout does
+            pool.reset([iteration], group_size=3)
+            return pool.step({0: "inc", 1: "boom" if iteration == 1 else "inc", 2: "inc"})
+
+        pipeline = RolloutPipeline(produce, hf_generator, "async", 1, version=hf_generator.version, last_iteration=2)
+        try:
+            crashed = {v.episode_idx: v for v in pipeline.collect(1)}
+            assert "boom on purpose" in crashed[1].error and crashed[1].done
+            assert all(crashed[i].error is None and not crashed[i].done for i in (0, 2))
+            assert all(v.error is None for v in pipeline.collect(2))  # the pool recovered for the next rollout
+        finally:
+            pipeline.close()
+    assert not rollout_threads()
+
+
 # --------------------------------------------------------------------------- end to end (`gigpo train`)
 
 def processes_with(marker: str) -> list[int]:
