@@ -13,7 +13,11 @@ env steps/s = env steps trained on over the training loop's wall time (the sum o
 the final evaluation's `time/eval`; start-up and the iteration-0 evaluation are not counted). The last
 lines give the ratios taken in this one run: rollout.mode=async over sync at each turns setting (what
 item 2 of issue 27 adds), and everything async over everything sync (items 1 and 2 together; target >= 2).
-An untrained model never writes a valid action, so every episode runs its 8 steps in every configuration.
+Under each sync run, `overlap bound` is what overlapping each rollout with the rest of its iteration could
+give at best: sum(iteration) / sum(max(rollout, rest)); one rollout in flight cannot pass it, so a
+latency-bound env whose rollouts dwarf the update gains little from rollout.mode alone. `--turns batched`
+or `async` runs one pair only. An untrained model never writes a valid action, so every episode runs its
+8 steps in every configuration.
 On 2 shared cores the load average says how busy the machine was.
 """
 from __future__ import annotations
@@ -53,12 +57,18 @@ def run(mode: str, turns: str, args: argparse.Namespace, run_dir: Path) -> dict[
     steps = sum(r["rollout/env_steps"] for r in records)
     seconds = sum(r["time/iteration"] - r.get("time/eval", 0.0) for r in records)
     mean = lambda key: sum(r.get(key, 0.0) for r in records) / len(records)  # noqa: E731
+    # what overlapping rollout k+1 with the rest of iteration k could give at best, from a sync run's phases
+    rest = [r["time/iteration"] - r.get("time/eval", 0.0) - r["time/rollout"] for r in records]
+    bound = seconds / sum(max(r["time/rollout"], x) for r, x in zip(records, rest))
     out = {"steps": steps, "seconds": seconds, "rate": steps / seconds, "rollout_wait": mean("time/rollout"),
            "update": mean("time/update"), "lag": max(r.get("async/staleness_max", 0.0) for r in records),
            "total_s": time.perf_counter() - t0}
     print(f"{mode:>5} mode, {turns:>7} turns: {steps:.0f} env steps in {seconds:.1f} s = {out['rate']:.1f} steps/s "
           f"(per iteration: rollout wait {out['rollout_wait']:.2f} s, update {out['update']:.2f} s; max staleness "
           f"{out['lag']:.0f}; whole run {out['total_s']:.0f} s); loadavg {loadavg()}", flush=True)
+    waits = " ".join(f"{r['time/rollout']:.1f}" for r in records)
+    print(f"    per iteration: rollout wait {waits} s; rest {' '.join(f'{x:.1f}' for x in rest)} s"
+          + (f"; overlap bound {bound:.2f}x" if mode == "sync" else ""), flush=True)
     return out
 
 
@@ -68,15 +78,19 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=6)
     ap.add_argument("--median-s", type=float, default=0.2)
     ap.add_argument("--p99-s", type=float, default=2.0)
+    ap.add_argument("--turns", choices=["batched", "async", "both"], default="both", help="which turns settings to run")
     ap.add_argument("overrides", nargs="*", help="more recipe overrides for every run")
     args = ap.parse_args()
     print(f"{args.iterations} iterations per run, latency median {args.median_s} s p99 {args.p99_s} s; "
           f"loadavg {loadavg()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench_async_iterations_") as tmp:
-        rates = {(mode, turns): run(mode, turns, args, Path(tmp) / f"{mode}_{turns}")["rate"] for mode, turns in RUNS}
-    for turns in ("batched", "async"):
+        rates = {(mode, turns): run(mode, turns, args, Path(tmp) / f"{mode}_{turns}")["rate"] for mode, turns in RUNS
+                 if args.turns in (turns, "both")}
+    for turns in ("batched", "async") if args.turns == "both" else (args.turns,):
         print(f"{turns} turns: async_mode_steps_s={rates['async', turns]:.1f} sync_mode_steps_s={rates['sync', turns]:.1f} "
               f"mode_ratio={rates['async', turns] / rates['sync', turns]:.2f}")
+    if args.turns != "both":
+        return
     print(f"all_async_steps_s={rates['async', 'async']:.1f} all_sync_steps_s={rates['sync', 'batched']:.1f} "
           f"ratio={rates['async', 'async'] / rates['sync', 'batched']:.2f} loadavg={loadavg()}")
 

@@ -98,7 +98,7 @@ class ProducerGenerator(Generator):
 
 
 class RolloutPipeline(Generic[T]):
-    """`collect(i)` -> iteration i's rollout; `sync(actor, i)` after its update; `call(fn)` for evaluation;
+    """`collect(i)` -> iteration i's rollout; `sync(weights, i)` after its update; `call(fn)` for evaluation;
     `correct(samples, steps)` before the update; `close()` in the loop's `finally`, before the generator
     and pools close. Built on every rank; only rank 0 has a generator (`produce` and `generator` None
     elsewhere), the others only join the collective weight gathering and compute the same corrections."""
