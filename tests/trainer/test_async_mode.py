@@ -75,6 +75,25 @@ def test_truncated_importance_weights_on_the_ppo_clip_loss_by_hand() -> None:
         truncated_importance_weights(logp_old, behaviour, cap=0.5)
 
 
+def test_the_actor_update_applies_the_weights(tiny_model_dir) -> None:
+    from trainer_helpers import engine_settings, loss_settings, make_samples
+
+    from gigpo.trainer.engines import ActorEngine
+
+    actor = ActorEngine(str(tiny_model_dir), engine_settings(mini_batch_size=64),
+                        loss_settings(kl_coef=0.0, entropy_coef=0.0))
+    samples = make_samples()
+    for sample, logp in zip(samples, actor.compute_log_probs(samples)):
+        sample.logp_old, sample.advantage = logp, 1.0
+    for weight, policy_loss in ((0.0, 0.0), (2.0, -2.0)):
+        for sample in samples:
+            sample.is_weight = torch.full((len(sample.response_ids),), weight)
+        metrics = actor.update(samples)  # one optimizer step, at ratio 1: loss = -A * w on every token
+        # a token-mean of equal fp32 values: exact up to a few ulps of 2
+        assert metrics["loss/policy"] == pytest.approx(policy_loss, abs=1e-6)
+        assert (metrics["actor/grad_norm"] == 0.0) == (weight == 0.0)  # weight 0: no gradient, weights unchanged
+
+
 def test_staleness_beyond_the_bound_is_refused() -> None:
     assert staleness(3, [2, 3], bound=1) == {"async/staleness_max": 1.0, "async/staleness_mean": 0.5}
     with pytest.raises(RuntimeError, match="rollout.max_staleness=1"):
