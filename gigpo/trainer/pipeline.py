@@ -76,7 +76,7 @@ class ProducerGenerator(Generator):
         self.inner.submit(prompt, settings, done)
 
     def offer(self, weights: list, version: int) -> None:
-        """Controller thread: newer weights, applied by the producer at its next chance."""
+        """Controller thread, mixed versions: newer weights, for the producer's next batched turn."""
         with self._lock:
             self._pending = (weights, version)
 
@@ -84,8 +84,14 @@ class ProducerGenerator(Generator):
         """Producer thread: load the newest offered weights, if any (older offers were superseded)."""
         with self._lock:
             pending, self._pending = self._pending, None
-        if pending is not None and pending[1] > self.inner.version:
-            self.inner.update_weights(pending[0], version=pending[1])
+        if pending is not None:
+            self.apply(*pending)
+
+    def apply(self, weights: list, version: int) -> None:
+        """Producer thread: load `weights` unless these or newer ones were loaded already (mixed versions
+        may have loaded them between two turns)."""
+        if version > self.inner.version:
+            self.inner.update_weights(weights, version=version)
 
     def update_weights(self, named_tensors: Iterable, version: int) -> None:
         self.inner.update_weights(named_tensors, version)
@@ -160,8 +166,11 @@ class RolloutPipeline(Generic[T]):
             self.generator.update_weights(weights, version=version)
             return {}
         producer: ProducerGenerator = self.generator  # type: ignore[assignment]
-        producer.offer(list(weights), version)  # a copy: the actor trains on while the producer loads it
-        self.executor.submit(producer.apply_pending)
+        snapshot = list(weights)  # a copy: the actor trains on while the producer loads it
+        if producer.mixed:
+            producer.offer(snapshot, version)
+        # in submission order: the rollouts submitted before this job play on the older weights, as counted
+        self.executor.submit(producer.apply, snapshot, version)
         self.settled = max(self.settled, version)  # versions are the iterations whose update made them
         if self.next_rollout is not None:
             self._submit_allowed()

@@ -176,12 +176,13 @@ def test_staleness_bound_holds_and_is_reached_with_weights_only_between_rollouts
 def test_mixed_versions_land_weights_between_the_turns_of_a_rollout(hf_generator) -> None:
     start = hf_generator.version
     weights = weights_of(hf_generator)
-    synced = threading.Event()
+    first_turn, synced = threading.Event(), threading.Event()
     pipeline: RolloutPipeline = None  # type: ignore[assignment]
 
     def produce(iteration: int) -> list[int]:
         first = [c.weight_version for c in pipeline.generator.generate(PROMPT, ONE_TOKEN)]
         if iteration == start + 2:  # in flight during the update of start + 1: wait for its sync
+            first_turn.set()
             assert synced.wait(60)
         return first + [c.weight_version for c in pipeline.generator.generate(PROMPT, ONE_TOKEN)]
 
@@ -189,6 +190,7 @@ def test_mixed_versions_land_weights_between_the_turns_of_a_rollout(hf_generator
                                mixed_versions=True)
     try:
         assert pipeline.collect(start + 1) == [start, start]
+        assert first_turn.wait(60)  # the sync must arrive while rollout start + 2 is between its turns
         pipeline.sync(iter(weights), start + 1)
         synced.set()
         assert pipeline.collect(start + 2) == [start, start + 1]  # the sync landed between its two turns
