@@ -177,10 +177,16 @@ class RolloutPipeline(Generic[T]):
         return {}
 
     def call(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` (an evaluation) where the generator lives, after every job submitted so far."""
+        """Run `fn` (an evaluation) where the generator lives: after the rollout in flight and the weights
+        queued so far, before the rollouts not yet started (they are queued again behind it; they can only
+        get fresher weights by that, never staler)."""
         if self.executor is None:
             return fn()
-        return self.executor.submit(fn).result()
+        waiting = sorted(j for j, future in self.futures.items() if future.cancel())
+        result = self.executor.submit(fn)
+        for j in waiting:
+            self.futures[j] = self.executor.submit(self.produce, j)
+        return result.result()
 
     def correct(self, samples: Sequence[Any], steps: Sequence[Any]) -> dict[str, float]:
         """async: check every sample's staleness and attach its truncated importance weights (after the

@@ -167,6 +167,8 @@ def test_staleness_bound_holds_and_is_reached_with_weights_only_between_rollouts
                 continue
             time.sleep(0.05)  # the update; the next rollouts play meanwhile
             pipeline.sync(iter(weights), iteration)
+            if iteration == start + 4:  # an evaluation sees the weights just synced, not a rollout's
+                assert pipeline.call(lambda: hf_generator.version) == iteration
     finally:
         pipeline.close()
     assert max(lags) == bound and min(lags) >= 0, lags  # never beyond the bound, and reached: rollouts overlapped
