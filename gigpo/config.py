@@ -125,6 +125,38 @@ class RolloutConfig(Section):
     and stepped as soon as its own answer is ready (vllm, vllm-server only). auto: batched for hf, the
     measured faster one for the vLLM backends (docs/generation.md)."""
 
+    mode: Literal["sync", "async"] = "sync"
+    """Across iterations. sync: play an iteration's rollout, then update on it. async: the next iterations'
+    rollouts play on a thread of their own (with the weights synced last) while this one's update runs;
+    samples then lag the trainer by up to `max_staleness` versions and the loss corrects them with truncated
+    importance weights (docs/config.md, "Asynchronous rollout")."""
+    max_staleness: int = 1
+    """async: the most policy versions a sample may lag the trainer when it is trained on (trainer version
+    at the update minus the version that sampled it). A rollout that would lag more is not started until
+    the weights it needs are synced: the producer blocks, nothing is dropped."""
+    importance_cap: float = Field(2.0, ge=1.0)
+    """async: C in the per-token weight min(exp(logp_old - logp_behaviour), C) on the PPO-clip loss."""
+    group_versions: Literal["separate", "mixed"] = "separate"
+    """async: separate: weights reach the generator only between rollouts and GiGPO's anchor key holds the
+    policy version, so no episode or step group mixes versions. mixed: weights also land between the turns
+    of a rollout in flight (batched turns), so groups mix versions, corrected by the importance weights."""
+
+    @field_validator("max_staleness")
+    @classmethod
+    def _positive_staleness(cls, k: int) -> int:
+        if k < 1:
+            raise ValueError(f"rollout.max_staleness={k} must be at least 1: it counts the policy versions a sample "
+                             "may lag the trainer in rollout.mode=async (1: the next rollout overlaps this update)")
+        return k
+
+    @model_validator(mode="after")
+    def _async_mode_settings(self) -> "RolloutConfig":
+        if self.mode == "async" and self.verify_sync:
+            raise ValueError("rollout.verify_sync=true compares the generator with the actor right after a sync, but in "
+                             "rollout.mode=async the actor trains on while the generator takes the weights: use "
+                             "rollout.mode=sync to verify syncs, or set rollout.verify_sync=false")
+        return self
+
     @model_validator(mode="after")
     def _async_turns_need_vllm(self) -> "RolloutConfig":
         if self.turns == "async" and self.backend == "hf":
@@ -326,6 +358,10 @@ class Config(Section):
             raise ValueError("model.chat_template=none (plain-text prompts for a base model) needs rollout.stop: a "
                              "base model rarely ends its answer with EOS, so set e.g. rollout.stop=['</action>'] "
                              "(kept in the output, so the action still parses)")
+        if self.trainer.old_logprobs == "generator" and self.rollout.mode == "async":
+            raise ValueError("trainer.old_logprobs=generator cannot be used with rollout.mode=async: the generator's "
+                             "log-probs are those of a stale policy (the behaviour one), and the PPO ratio needs the "
+                             "trainer's own; use trainer.old_logprobs=auto or trainer")
         if self.trainer.old_logprobs == "generator" and self.rollout.temperature != 1.0:
             raise ValueError(f"trainer.old_logprobs=generator needs rollout.temperature=1 (got {self.rollout.temperature}): "
                              "generators return log-probs of the untempered distribution; use trainer or auto")

@@ -31,6 +31,7 @@ from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
 from gigpo.trainer.batching import Layout, MicroBatch, TrainSample, collate, plan_micro_batches, unpad  # noqa: E402
 from gigpo.trainer.losses import aggregate, kl_k3, policy_loss, token_logp_entropy, value_loss  # noqa: E402
 from gigpo.trainer import lora  # noqa: E402
+from gigpo.trainer.off_policy import weighted_policy_loss  # noqa: E402
 from gigpo.trainer.nonfinite import NonFiniteError  # noqa: E402  (the one NaN/inf exception; re-exported)
 from gigpo.seeds import minibatch_seed  # noqa: E402
 
@@ -240,7 +241,7 @@ class _PolicyForward(_MicroBatchedModel):
 def check_finite(samples: Sequence[TrainSample]) -> None:
     """Reject NaN/inf advantages, log-probs, returns or values, naming the sample and field."""
     for i, sample in enumerate(samples):
-        for name in ("advantage", "logp_old", "logp_ref", "returns", "values_old", "action_mask"):
+        for name in ("advantage", "logp_old", "logp_ref", "returns", "values_old", "action_mask", "is_weight"):
             value = getattr(sample, name)
             if value is None:
                 continue
@@ -437,7 +438,11 @@ class ActorEngine(_TrainedEngine, _PolicyForward):
                              "actor.compute_log_probs(samples) before the first mini-batch step")
         logp, entropy = self._logp_entropy(mb, with_entropy=True)
         mask, agg = mb.mask, L.loss_agg
-        pg, clipped = policy_loss(logp, mb.fields["logp_old"], mb.fields["advantage"], L.clip_low, L.clip_high)
+        if "is_weight" in mb.fields:  # rollout.mode=async: decoupled PPO on stale samples (gigpo.trainer.off_policy)
+            pg, clipped = weighted_policy_loss(logp, mb.fields["logp_old"], mb.fields["advantage"],
+                                               mb.fields["is_weight"], L.clip_low, L.clip_high)
+        else:
+            pg, clipped = policy_loss(logp, mb.fields["logp_old"], mb.fields["advantage"], L.clip_low, L.clip_high)
         pg_loss = aggregate(pg, mask, agg, denominator)
         ent = aggregate(entropy, mask, agg, denominator)
         # entropy is always logged; only a non-zero coefficient puts it in the graph (its backward is not free)

@@ -25,6 +25,7 @@ import numpy as np
 from gigpo.config import Config
 from gigpo.seeds import probe_seed, rollout_sampling_seed, train_seeds
 from gigpo.trainer.nonfinite import require_finite
+from gigpo.trainer.pipeline import RolloutPipeline
 from gigpo.trainer.setup import Run
 
 if TYPE_CHECKING:
@@ -41,6 +42,13 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
     from gigpo.trainer.setup import set_up
 
     run = set_up(config, resume)
+    r = config.rollout
+    # rollout.mode: where rollouts play and how weights reach the generator (async: on a producer thread,
+    # the next rollout overlapping this update; gigpo/trainer/pipeline.py)
+    run.pipeline = RolloutPipeline((lambda iteration: play(run, iteration)) if run.main else None, run.generator,
+                                   r.mode, r.max_staleness, version=run.state["iteration"],
+                                   last_iteration=config.trainer.iterations, importance_cap=r.importance_cap,
+                                   mixed_versions=r.group_versions == "mixed")
     try:
         if run.main and run.state["iteration"] == 0 and not (run.run_dir / "metrics.jsonl").exists():
             # iteration 0: the starting policy (after warm-up, if any), so curves have a baseline
@@ -65,8 +73,11 @@ def run_iteration(run: Run, iteration: int) -> bool:
     timer, metrics, started = PhaseTimer(), {}, time.perf_counter()
     batch = episodes = None
     if run.main:
-        with timer("rollout"):
-            batch, episodes = play(run, iteration, metrics)
+        with timer("rollout"):  # played now (sync), or waited for: it started during the last update (async)
+            batch, episodes, rollout_metrics = run.pipeline.collect(iteration)
+        metrics.update(rollout_metrics)
+        run.state["env_steps_total"] += int(metrics["rollout/env_steps"])
+        metrics["rollout/env_steps_total"] = float(run.state["env_steps_total"])
     batch = broadcast_object(batch)
     run.state["env_steps_total"] = broadcast_object(run.state["env_steps_total"])  # every rank sees the budget
     last = iteration == t.iterations or bool(t.max_env_steps and run.state["env_steps_total"] >= t.max_env_steps)
@@ -74,9 +85,9 @@ def run_iteration(run: Run, iteration: int) -> bool:
     if len(batch):  # dynamic sampling can drop every group; such an iteration only plays, evaluates and saves
         learn(run, iteration, batch, episodes, last, timer, metrics)
     if run.main and (iteration % t.eval_every == 0 or last):  # the final policy is always evaluated
-        with timer("eval"):
-            metrics.update(evaluate(run.config, run.eval_pool, run.generator, run.prompt_fn,
-                                    on_rollout=run.recorder.eval_hook(iteration)))
+        with timer("eval"):  # where the generator lives: after the rollout in flight, in async mode
+            metrics.update(run.pipeline.call(lambda: evaluate(run.config, run.eval_pool, run.generator, run.prompt_fn,
+                                                              on_rollout=run.recorder.eval_hook(iteration))))
     metrics.update(timer.metrics())
     metrics["time/iteration"] = time.perf_counter() - started
     metrics["perf/peak_rss_gb"] = peak_rss_gb()
@@ -96,32 +107,32 @@ def run_iteration(run: Run, iteration: int) -> bool:
 
 # --------------------------------------------------------------------------- rollout (rank 0)
 
-def play(run: Run, iteration: int, metrics: dict[str, float]) -> tuple["StepBatch", list]:
+def play(run: Run, iteration: int) -> tuple["StepBatch", list, dict[str, float]]:
     """B groups x N episodes (re-drawing uninformative groups under dynamic sampling): the StepBatch to
-    train on and the episodes played."""
+    train on, the episodes played and their metrics. Runs on the pipeline's producer thread in async mode,
+    so it touches only the pool, the generator and its own metrics."""
     from gigpo.rollout.collect import rollout
     from gigpo.trainer.evaluation import EpisodeBar
     from gigpo.trainer.setup import sampling
     from gigpo.trainer.step_batch import StepBatch
 
-    config, e = run.config, run.config.env
+    config, e, metrics = run.config, run.config.env, {}
+    generator, mixed = run.pipeline.generator, config.rollout.group_versions == "mixed"
     settings = sampling(config, evaluation=False, seed=rollout_sampling_seed(config.trainer.seed, iteration))
     bar = EpisodeBar(f"iter {iteration} rollout", config.logging.progress)
-    played = rollout(run.pool, run.generator, run.prompt_fn, train_seeds(config, iteration), e.group_size, settings,
+    played = rollout(run.pool, generator, run.prompt_fn, train_seeds(config, iteration), e.group_size, settings,
                      config.rollout.max_prompt_tokens, progress=bar)
     bar.close()
     metrics.update(played.metrics())
     metrics.update(played.env_faults)
     metrics.update(run.pool.stats().as_metrics())
-    batch = StepBatch.from_records(played.steps, where=f"iteration {iteration}, phase rollout")
+    batch = StepBatch.from_records(played.steps, where=f"iteration {iteration}, phase rollout", mixed_versions=mixed)
     episodes = played.episodes
     if config.algorithm.dynamic_sampling:
         batch, episodes = redraw_uninformative(run, iteration, batch, episodes, settings, metrics)
     metrics["time/generate"] = played.seconds_generate
     metrics["time/env"] = played.seconds_env
-    run.state["env_steps_total"] += int(metrics["rollout/env_steps"])
-    metrics["rollout/env_steps_total"] = float(run.state["env_steps_total"])
-    return batch, episodes
+    return batch, episodes, metrics
 
 
 def redraw_uninformative(run: Run, iteration: int, batch: "StepBatch", episodes: list, settings: "SamplingSettings",
@@ -138,10 +149,11 @@ def redraw_uninformative(run: Run, iteration: int, batch: "StepBatch", episodes:
     for draw in range(1, a.max_resample + 1):
         if len(keep) >= e.num_groups:
             break
-        extra = rollout(run.pool, run.generator, run.prompt_fn, train_seeds(config, iteration, draw), e.group_size,
+        extra = rollout(run.pool, run.pipeline.generator, run.prompt_fn, train_seeds(config, iteration, draw), e.group_size,
                         replace(settings, seed=rollout_sampling_seed(config.trainer.seed, iteration, draw)),
                         config.rollout.max_prompt_tokens, group_offset=draw * e.num_groups)
-        draws.append(StepBatch.from_records(extra.steps, where=f"iteration {iteration}, re-draw {draw}"))
+        draws.append(StepBatch.from_records(extra.steps, where=f"iteration {iteration}, re-draw {draw}",
+                                            mixed_versions=config.rollout.group_versions == "mixed"))
         episodes = episodes + extra.episodes
         keep |= informative(draws[-1])
         metrics["rollout/draws"] = float(draw + 1)
@@ -201,6 +213,8 @@ def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list]
         if run.reference is not None:
             for sample, logp in zip(samples, run.reference.compute_log_probs(samples)):
                 sample.logp_ref = logp
+        # async mode: every sample's staleness checked, and its truncated importance weights attached
+        metrics.update(run.pipeline.correct(samples, batch.policy_version, batch.behaviour_logprobs))
 
     # ---- PPO-clip update (and the critic's)
     with timer("update"):
@@ -212,8 +226,9 @@ def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list]
         metrics.update(update_metrics)
 
     # ---- weight sync into the generator
-    with timer("sync"):
-        metrics.update(push_weights(actor, run.generator, iteration, run.verifier))
+    with timer("sync"):  # async mode: queued for the producer, loaded between two rollouts
+        metrics.update(run.pipeline.sync(actor.named_weights(), iteration) if run.pipeline.is_async
+                       else push_weights(actor, run.generator, iteration, run.verifier))
 
 
 def logprob_gap(generator_logps: Sequence[Sequence[float]], trainer_logps: Sequence[Any]) -> dict[str, float]:

@@ -58,6 +58,8 @@ def old_logprobs_from_generator(config: Config) -> bool:
     the actor's weights in the same dtype, and at temperature 1 both score the same distribution.
     """
     choice = config.trainer.old_logprobs
+    if config.rollout.mode == "async":  # the generator's are a stale policy's: the behaviour log-probs
+        return False
     if choice != "auto":
         return choice == "generator"
     return config.rollout.backend == "hf" and config.model.dtype == "fp32" and config.rollout.temperature == 1.0
@@ -105,6 +107,8 @@ class Run:
     verifier: Any = None
     logger: Any = None
     recorder: Any = None
+    pipeline: Any = None
+    """The RolloutPipeline (rollout.mode), built by the loop on every rank."""
     from_generator: bool = False
     """Old log-probs come from the generator (old_logprobs_from_generator)."""
     state: dict[str, Any] = field(default_factory=lambda: {"iteration": 0, "env_steps_total": 0})
@@ -113,6 +117,8 @@ class Run:
     def close(self) -> None:
         from gigpo.trainer.distributed import shutdown_distributed
 
+        if self.pipeline is not None:  # joins the async producer thread before what it uses closes
+            self.pipeline.close()
         if self.generator is not None:
             self.generator.close()
         for env_pool in {id(p): p for p in (self.pool, self.eval_pool) if p is not None}.values():

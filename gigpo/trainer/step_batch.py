@@ -31,6 +31,13 @@ if TYPE_CHECKING:
     from gigpo.config import AlgorithmConfig
 
 
+def grouping_anchors(records: Sequence[StepRecord], mixed_versions: bool = False) -> list[str]:
+    """The text GiGPO's anchor key hashes: the state, and the policy version that acted in it unless
+    `rollout.group_versions=mixed`, so by default no step group holds two versions' actions (in sync mode
+    a rollout is one version, so the key groups exactly as the state alone would)."""
+    return [r.anchor if mixed_versions else f"{r.anchor}\x1fpolicy version {r.policy_version}" for r in records]
+
+
 class StepBatchError(ValueError):
     """Columns that do not describe the same steps; the message names the column and the row."""
 
@@ -90,12 +97,15 @@ class StepBatch:
         set_(self, "_rows", rows)
 
     @classmethod
-    def from_records(cls, records: Sequence[StepRecord], where: str = "step batch") -> "StepBatch":
-        """The batch of a rollout's step records (anchors hashed once, here)."""
+    def from_records(cls, records: Sequence[StepRecord], where: str = "step batch",
+                     mixed_versions: bool = False) -> "StepBatch":
+        """The batch of a rollout's step records (anchors hashed once, here, with the policy version unless
+        `mixed_versions`: see grouping_anchors)."""
         texts = tuple(r.anchor for r in records)
         return cls(records=tuple(records), group=np.array([r.group for r in records], dtype=np.int64),
                    traj=np.array([r.traj for r in records], dtype=np.int64),
-                   step=np.array([r.step for r in records], dtype=np.int64), anchor=anchor_keys(texts),
+                   step=np.array([r.step for r in records], dtype=np.int64),
+                   anchor=anchor_keys(grouping_anchors(records, mixed_versions)),
                    anchor_text=texts, reward=np.array([r.reward for r in records], dtype=np.float64),
                    policy_version=np.array([r.policy_version for r in records], dtype=np.int64),
                    prompt_ids=tuple(r.prompt_ids for r in records), response_ids=tuple(r.response_ids for r in records),

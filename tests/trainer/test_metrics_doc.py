@@ -20,6 +20,10 @@ NOT_IN_THIS_RUN = {
     "eval/success/<type>": "Sokoban reports no task types",
     "perf/peak_gpu_gb/<phase>": "CUDA only",
     "env/*": "no env faults happen",
+    "async/staleness_max": "rollout.mode=async only (tests/trainer/test_async_mode.py checks them)",
+    "async/staleness_mean": "rollout.mode=async only",
+    "async/is_weight_mean": "rollout.mode=async only",
+    "async/is_truncated_share": "rollout.mode=async only",
     "adv/step_group_size/<k>": "matched by its expansion adv/step_group_size/1.. below",
 }
 
