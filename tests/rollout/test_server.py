@@ -222,8 +222,8 @@ def test_training_resumed_against_the_server_continues_exactly(served, tiny_mode
     assert got["iteration"] == want["iteration"] == 2
     assert got["rollout/tokens_generated"] == want["rollout/tokens_generated"]
     assert want["actor/grad_norm"] > 1e-3 and want["loss/kl"] > 0  # the policy moved in iteration 1
+    assert_generator_holds_the_trainers_weights(got, tiny_model_dir)  # the server sampled from checkpoint 1
     assert_same_update(got, want, ("loss/kl", "loss/entropy", "actor/grad_norm"))
     assert_same_weights(run, reference, 2, resumed_from=1)
-    assert_generator_holds_the_trainers_weights(got, tiny_model_dir)
     assert requests.get(f"{url}/version", timeout=5).json() == {"version": 2}
     served._version = 2  # the supervised client's view of the server, for any test after this one
