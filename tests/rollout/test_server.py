@@ -192,8 +192,8 @@ def test_unreachable_external_server_is_named():
 def serve_the_base_model(served: ServerGenerator, model_dir) -> None:
     """Put the module's server where a freshly started `gigpo serve --model model_dir` is: the base weights at
     version 0, the state a fresh (non-resumed) training run expects of an external server."""
-    state = full_state_dict(load_trainer_model(model_dir).named_parameters(), ties_lm_head(str(model_dir)), torch.float32)
-    path = write_weights_file(state)
+    model = load_trainer_model(model_dir)
+    path = write_weights_file(full_state_dict(model.named_parameters(), ties_lm_head(str(model_dir)), torch.float32))
     try:
         served._post(served.servers[0], "update_weights", {"path": str(path), "version": 0})
     finally:

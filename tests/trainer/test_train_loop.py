@@ -90,7 +90,7 @@ def test_two_iterations_with_hf_generation(tmp_path: Path, estimator: str) -> No
         assert list((run / "wandb").glob("offline-run-*")), "wandb offline run directory missing"
 
 
-def test_two_ranks_zero2_with_vllm_stop_at_the_budget_and_resume_exactly(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_two_ranks_zero2_with_vllm_budget_stop_and_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
     run = tmp_path / "vllm2"
     buffers_before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"))
     # at most 12 env steps per iteration here, so a budget of 13 stops both ranks after iteration 2 of 3
