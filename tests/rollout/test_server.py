@@ -8,6 +8,7 @@ import time
 
 import pytest
 import requests
+import torch
 
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.server import check_exposure
@@ -16,9 +17,12 @@ from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.server_client import ServerError, ServerGenerator
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import SyncVerifier
+from gigpo.rollout.weights import full_state_dict, ties_lm_head, write_weights_file
 
 from support.greedy import assert_greedy_matches, tokens
 from support.models import load_trainer_model, perturb
+from support.run import (assert_generator_holds_the_trainers_weights, assert_same_update, assert_same_weights,
+                         cut_back, metrics_of, train)
 
 from .conftest import GREEDY, assert_submitted_like_a_batch, sample_prompts
 
@@ -183,3 +187,43 @@ def test_unreachable_external_server_is_named():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ServerError, match=f"{url} does not answer /health"):
         ServerGenerator("unused", urls=[url])
+
+
+def serve_the_base_model(served: ServerGenerator, model_dir) -> None:
+    """Put the module's server where a freshly started `gigpo serve --model model_dir` is: the base weights at
+    version 0, the state a fresh (non-resumed) training run expects of an external server."""
+    model = load_trainer_model(model_dir)
+    path = write_weights_file(full_state_dict(model.named_parameters(), ties_lm_head(str(model_dir)), torch.float32))
+    try:
+        served._post(served.servers[0], "update_weights", {"path": str(path), "version": 0})
+    finally:
+        path.unlink()
+    served._version = 0
+
+
+def test_training_resumed_against_the_server_continues_exactly(served, tiny_model_dir, tmp_path, monkeypatch):
+    """`gigpo train --resume` on the vllm-server backend, with this module's server as an external one
+    (rollout.server_urls: no second engine start). Resumed from checkpoint 1, iteration 2 repeats the
+    uninterrupted run's episodes, losses and weights, and the server sampled it from checkpoint 1's weights:
+    before each run the server is reset as a restarted server would be, so a resume that skipped the sync to
+    the checkpoint would sample from the base model. The untrained policy never acts (zero advantages); an
+    entropy bonus moves its weights, so iteration 2 depends on the restored weights and Adam moments."""
+    monkeypatch.setenv("GIGPO_SERVER_TOKEN", TOKEN)  # how the trainer's client authenticates its weight syncs
+    url = served.servers[0].url
+    common = ["rollout.backend=vllm-server", f"rollout.server_urls=[{url}]", f"model.path={tiny_model_dir}",
+              "trainer.iterations=2", "trainer.save_every=1", "algorithm.entropy_coef=0.01"]
+    reference = tmp_path / "reference"
+    serve_the_base_model(served, tiny_model_dir)
+    train(reference, *common)
+    run = cut_back(reference, tmp_path / "resumed", 1)
+    serve_the_base_model(served, tiny_model_dir)
+    train(run, *common, resume=True)
+    got, want = metrics_of(run)[-1], metrics_of(reference)[-1]
+    assert got["iteration"] == want["iteration"] == 2
+    assert got["rollout/tokens_generated"] == want["rollout/tokens_generated"]
+    assert want["actor/grad_norm"] > 1e-3 and want["loss/kl"] > 0  # the policy moved in iteration 1
+    assert_generator_holds_the_trainers_weights(got, tiny_model_dir)  # the server sampled from checkpoint 1
+    assert_same_update(got, want, ("loss/kl", "loss/entropy", "actor/grad_norm"))
+    assert_same_weights(run, reference, 2, resumed_from=1)
+    assert requests.get(f"{url}/version", timeout=5).json() == {"version": 2}
+    served._version = 2  # the supervised client's view of the server, for any test after this one

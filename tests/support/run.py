@@ -92,3 +92,47 @@ def assert_same_update(got: dict, want: dict, keys: tuple[str, ...], rel: float 
     for key in keys:
         assert key in got and key in want, f"{key} not logged"
         assert got[key] == pytest.approx(want[key], rel=rel, abs=1e-6), (key, got[key], want[key])
+
+
+def cut_back(run_dir: Path, to_dir: Path, iteration: int) -> Path:
+    """A copy of a finished run as a kill after checkpoint `iteration` leaves it: its later checkpoints,
+    metrics lines and done.json removed, ready for `--resume`."""
+    import shutil
+
+    shutil.copytree(run_dir, to_dir)
+    for ckpt in (to_dir / "checkpoints").iterdir():
+        if ckpt.name.isdigit() and int(ckpt.name) > iteration:
+            shutil.rmtree(ckpt)
+    (to_dir / "done.json").unlink(missing_ok=True)
+    kept = [line for line in (to_dir / "metrics.jsonl").read_text().splitlines()
+            if json.loads(line)["iteration"] <= iteration]
+    (to_dir / "metrics.jsonl").write_text("\n".join(kept) + "\n")
+    return to_dir
+
+
+def assert_same_weights(run_dir: Path, reference: Path, iteration: int, resumed_from: int) -> None:
+    """Checkpoint `iteration` of a resumed run holds the uninterrupted run's weights, and those moved since
+    checkpoint `resumed_from` (else the comparison would prove nothing). fp32 weights of size ~0.1-1: 1e-6
+    is ~10 epsilons of rounding, while a wrong weight or Adam moment moves them by ~lr (1e-4 and more)."""
+    resumed, straight, start = hf_weights(run_dir, iteration), hf_weights(reference, iteration), hf_weights(reference, resumed_from)
+    moved = max((straight[k] - start[k]).abs().max().item() for k in straight)
+    assert moved > 1e-4, f"the weights moved by only {moved:.1e} after checkpoint {resumed_from}"
+    assert resumed.keys() == straight.keys()
+    for name, tensor in straight.items():
+        assert (resumed[name] - tensor).abs().max().item() <= 1e-6, name
+
+
+def assert_generator_holds_the_trainers_weights(record: dict, model_dir: Path) -> None:
+    """In `record`'s iteration of a `train` run the generator sampled from the trainer's weights: the largest
+    gap between the log-probs it returned for its tokens and the trainer's recomputation of them
+    (rollout/logp_gap_max) is within what two fp32 kernels' summation orders allow over the longest sequence
+    a step can hold (support.tolerance). A generator left at other weights (a resume that skipped the sync
+    to the checkpoint) is off by what the updates since then changed, orders of magnitude more."""
+    from transformers import AutoConfig
+
+    from gigpo.config import load_config
+    from support.tolerance import logprob_tolerance
+
+    rollout = load_config(REPO / "recipes" / "sokoban_tiny.yaml", SMALL).rollout
+    bound = logprob_tolerance(AutoConfig.from_pretrained(model_dir), rollout.max_prompt_tokens + rollout.max_new_tokens)
+    assert record["rollout/logp_gap_max"] <= bound, (record["rollout/logp_gap_max"], bound)

@@ -6,13 +6,12 @@ is checked is the product's contract: the run directory, metrics keys, checkpoin
 from __future__ import annotations
 
 import json
-import shutil
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from support.run import (REPO, REQUIRED_KEYS, WARM, assert_same_update, hf_weights, train,
-                         train_and_kill_in_iteration_3)
+from support.run import (REPO, REQUIRED_KEYS, WARM, assert_generator_holds_the_trainers_weights, assert_same_update,
+                         assert_same_weights, cut_back, train, train_and_kill_in_iteration_3)
 from support.tolerance import logprob_tolerance
 from transformers import AutoConfig
 
@@ -91,13 +90,17 @@ def test_two_iterations_with_hf_generation(tmp_path: Path, estimator: str) -> No
         assert list((run / "wandb").glob("offline-run-*")), "wandb offline run directory missing"
 
 
-def test_two_ranks_zero2_with_vllm(tmp_path: Path) -> None:
+def test_two_ranks_zero2_with_vllm_budget_stop_and_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
     run = tmp_path / "vllm2"
     buffers_before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"))
     # at most 12 env steps per iteration here, so a budget of 13 stops both ranks after iteration 2 of 3
-    # (rank 1 never counted env steps before the budget was broadcast, and would have waited forever)
-    train(run, "rollout.backend=vllm", "rollout.verify_sync=true", "trainer.nprocs=2", "trainer.zero_stage=2",
-          "trainer.iterations=3", "trainer.max_env_steps=13", "trainer.save_every=1", "model.dtype=fp32")
+    # (rank 1 never counted env steps before the budget was broadcast, and would have waited forever).
+    # The untrained policy never acts (zero advantages); an entropy bonus moves its weights each iteration,
+    # so iteration 2 depends on the weights and Adam moments restored on both ranks (ZeRO-2 splits the moments)
+    common = ["rollout.backend=vllm", "rollout.verify_sync=true", "trainer.nprocs=2", "trainer.zero_stage=2",
+              "trainer.iterations=3", "trainer.max_env_steps=13", "trainer.save_every=1", "model.dtype=fp32",
+              "algorithm.entropy_coef=0.01"]
+    train(run, *common)
     records = metrics(run)
     assert [r["iteration"] for r in records] == [0, 1, 2]
     assert_loadable_checkpoint(run, 2)
@@ -105,6 +108,19 @@ def test_two_ranks_zero2_with_vllm(tmp_path: Path) -> None:
     assert meta["world_size"] == 2
     # DeepSpeed's CPU all-reduce buffers (64 MiB per rank in RAM-backed /dev/shm) are removed at shutdown
     assert set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")) <= buffers_before
+
+    # resumed from checkpoint 1 on two ranks, iteration 2 repeats the uninterrupted run's, budget stop included
+    resumed = cut_back(run, tmp_path / "resumed", 1)
+    train(resumed, *common, resume=True)
+    got, want = metrics(resumed), records
+    assert [r["iteration"] for r in got] == [0, 1, 2] and not (resumed / "checkpoints" / "3").exists()
+    assert got[2]["rollout/env_steps_total"] == want[2]["rollout/env_steps_total"] == 24
+    assert got[2]["rollout/tokens_generated"] == want[2]["rollout/tokens_generated"]
+    assert want[2]["actor/grad_norm"] > 1e-3 and want[2]["loss/kl"] > 0  # the policy moved in iteration 1
+    # vLLM sampled iteration 2 from checkpoint 1's weights, not from the model it was started with
+    assert_generator_holds_the_trainers_weights(got[2], tiny_model_dir)
+    assert_same_update(got[2], want[2], ("loss/kl", "loss/entropy", "actor/grad_norm"))
+    assert_same_weights(resumed, run, 2, resumed_from=1)
 
 
 def test_sigkill_in_iteration_3_then_resume_continues_exactly(tmp_path: Path) -> None:
@@ -128,11 +144,7 @@ def test_sigkill_in_iteration_3_then_resume_continues_exactly(tmp_path: Path) ->
         assert want["loss/kl"] > 0  # the policy has moved away from the warm-up's
         assert_same_update(got, want, ("loss/policy", "loss/kl", "loss/entropy", "loss/clip_frac",
                                        "actor/grad_norm", "adv/advantage_std"))
-    resumed, straight, start = hf_weights(run, 4), hf_weights(reference, 4), hf_weights(run, 2)
-    moved = max((straight[k] - start[k]).abs().max().item() for k in straight)
-    assert moved > 1e-4, moved  # iterations 3-4 changed the weights
-    for name, tensor in straight.items():  # fp32 weights ~0.1-1: 1e-6 is ~10 epsilons of rounding
-        assert (resumed[name] - tensor).abs().max().item() <= 1e-6, name
+    assert_same_weights(run, reference, 4, resumed_from=2)
 
 
 def test_dynamic_sampling_redraws_then_skips_an_update_without_signal(tmp_path: Path) -> None:
@@ -226,12 +238,7 @@ def resume_from_checkpoint_2(tmp_path: Path, *overrides: str) -> tuple[dict, dic
     reference = tmp_path / "reference"
     proc = train(reference, *common, resume=True)  # --resume on an empty run dir starts from the beginning
     assert "--resume found no checkpoint" in proc.stdout and "starting from the beginning" in proc.stdout
-    run = tmp_path / "resumed"
-    shutil.copytree(reference, run)
-    shutil.rmtree(run / "checkpoints" / "3")
-    (run / "done.json").unlink()
-    kept = [line for line in (run / "metrics.jsonl").read_text().splitlines() if json.loads(line)["iteration"] <= 2]
-    (run / "metrics.jsonl").write_text("\n".join(kept) + "\n")
+    run = cut_back(reference, tmp_path / "resumed", 2)
     train(run, *common, resume=True)
     got, want = metrics(run), metrics(reference)
     assert [r["iteration"] for r in got] == [0, 1, 2, 3]
@@ -244,8 +251,7 @@ def test_ppo_resume_restores_the_critic(tmp_path: Path) -> None:
     assert want["critic/grad_norm"] > 1e-3
     assert_same_update(got, want, ("adv/advantage_std", "critic/value_loss", "critic/grad_norm", "loss/policy",
                                    "actor/grad_norm", "loss/entropy"))
-    for name, tensor in hf_weights(reference, 3).items():
-        assert (hf_weights(run, 3)[name] - tensor).abs().max().item() <= 1e-6, name
+    assert_same_weights(run, reference, 3, resumed_from=2)
 
 
 def test_dynamic_sampling_resume_replays_the_same_draws(tmp_path: Path) -> None:
