@@ -308,12 +308,15 @@ class ServerGenerator(Generator):
         return out
 
     # ------------------------------------------------------------------ weights
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int,
+                       initial: bool = False) -> None:
         """Write the weights to shared memory once and have every server load them.
 
         The file stays until the next sync so a restarted server can load it; servers on another
-        machine cannot read it (use the GPU/NCCL path there, see docs/generation.md)."""
-        check_version(version, self.version)
+        machine cannot read it (use the GPU/NCCL path there, see docs/generation.md). `initial`: a fresh
+        run's starting weights, as `version` (its current one), whatever an external server held before."""
+        if not initial:
+            check_version(version, self.version)
         if self.engine.weight_sync == "nccl":
             self._send_nccl(list(named_tensors), version)
             return

@@ -196,4 +196,13 @@ def set_up(config: Config, resume: bool = False) -> Run:
               f"{t.iterations}, {e.num_groups} groups x {e.group_size}, run dir {run_dir}", flush=True)
     if checkpoint is not None:
         push_weights(actor, run.generator, run.state["iteration"], run.verifier)
+    elif config.rollout.server_urls:
+        # an external server holds what it was started with, or what an earlier run left in it (another
+        # version, or the base model where this run starts from a warm-up): give it this run's start
+        weights = actor.named_weights()  # every rank iterates them: ZeRO-3 gathers are collective
+        if run.generator is not None:
+            run.generator.update_weights(weights, version=run.state["iteration"], initial=True)
+        else:
+            for _ in weights:
+                pass
     return run

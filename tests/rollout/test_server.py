@@ -189,16 +189,21 @@ def test_unreachable_external_server_is_named():
         ServerGenerator("unused", urls=[url])
 
 
-def serve_the_base_model(served: ServerGenerator, model_dir) -> None:
+def serve_the_base_model(served: ServerGenerator, model_dir, version: int = 0, noise: float = 0.0) -> None:
     """Put the module's server where a freshly started `gigpo serve --model model_dir` is: the base weights at
-    version 0, the state a fresh (non-resumed) training run expects of an external server."""
+    version 0 (with `noise` and another `version`: where an earlier run could have left it)."""
     model = load_trainer_model(model_dir)
+    if noise:
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=generator) * noise)
     path = write_weights_file(full_state_dict(model.named_parameters(), ties_lm_head(str(model_dir)), torch.float32))
     try:
-        served._post(served.servers[0], "update_weights", {"path": str(path), "version": 0})
+        served._post(served.servers[0], "update_weights", {"path": str(path), "version": version})
     finally:
         path.unlink()
-    served._version = 0
+    served._version = version
 
 
 def test_training_resumed_against_the_server_continues_exactly(served, tiny_model_dir, tmp_path, monkeypatch):
@@ -213,8 +218,11 @@ def test_training_resumed_against_the_server_continues_exactly(served, tiny_mode
     common = ["rollout.backend=vllm-server", f"rollout.server_urls=[{url}]", f"model.path={tiny_model_dir}",
               "trainer.iterations=2", "trainer.save_every=1", "algorithm.entropy_coef=0.01"]
     reference = tmp_path / "reference"
-    serve_the_base_model(served, tiny_model_dir)
+    # the server as an earlier run left it: other weights at a later version. A fresh run must give it its
+    # own start (before, it failed on the version, or silently sampled from the other weights)
+    serve_the_base_model(served, tiny_model_dir, version=7, noise=1e-2)
     train(reference, *common)
+    assert_generator_holds_the_trainers_weights(metrics_of(reference)[1], tiny_model_dir)
     run = cut_back(reference, tmp_path / "resumed", 1)
     serve_the_base_model(served, tiny_model_dir)
     train(run, *common, resume=True)
