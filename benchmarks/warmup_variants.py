@@ -33,25 +33,19 @@ from gigpo.envs.demos import collect_demonstrations
 from gigpo.models.resolve import resolve_model_path
 from gigpo.seeds import demo_seeds
 from gigpo.trainer.setup import build_pool, build_prompt_fn
-from gigpo.trainer.warmup import AnswerWeights, response_ids, weighted_answer_loss
+from gigpo.trainer.warmup import AnswerWeights, answer_batch, response_ids, weighted_answer_loss
 
 Pair = tuple[list[int], list[int]]
 
 
 def batch_tensors(batch: list[Pair], pad: int, move_at: int, move_only: bool):
-    width = max(len(p) + len(r) for p, r in batch)
-    ids = torch.full((len(batch), width), pad, dtype=torch.long)
-    labels = torch.full((len(batch), width), -100, dtype=torch.long)
-    attention = torch.zeros((len(batch), width), dtype=torch.long)
-    for row, (prompt, response) in enumerate(batch):
-        seq = prompt + response
-        ids[row, :len(seq)] = torch.tensor(seq)
-        attention[row, :len(seq)] = 1
-        if move_only:
-            labels[row, len(prompt) + move_at] = response[move_at]
-        else:
-            labels[row, len(prompt):len(seq)] = torch.tensor(response)
-    return ids, labels, attention, width
+    ids, labels, attention = answer_batch(batch, pad)
+    if move_only:  # the move's token alone keeps its label
+        keep = torch.zeros_like(labels, dtype=torch.bool)
+        for row, (prompt, _) in enumerate(batch):
+            keep[row, len(prompt) + move_at] = True
+        labels = labels.masked_fill(~keep, -100)
+    return ids, labels, attention, ids.shape[1]
 
 
 @torch.no_grad()

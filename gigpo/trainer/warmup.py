@@ -66,15 +66,8 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
     report_every, start = max(1, steps // 10), time.monotonic()
     for step in bar:
         batch = [pairs[rng.randrange(len(pairs))] for _ in range(batch_size)]
-        width = max(len(p) + len(r) for p, r in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        labels = torch.full((len(batch), width), -100, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, (prompt, response) in enumerate(batch):
-            seq = prompt + response
-            ids[row, : len(seq)] = torch.tensor(seq)
-            labels[row, len(prompt): len(seq)] = torch.tensor(response)
-            attention[row, : len(seq)] = 1
+        ids, labels, attention = answer_batch(batch, pad)
+        width = ids.shape[1]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
             if weights_of is None:
                 loss = model(input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels.to(device)).loss
@@ -100,6 +93,20 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
     tokenizer.save_pretrained(staging)
     staging.rename(target)
     return target
+
+
+def answer_batch(batch: Sequence[tuple[list[int], list[int]]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(prompt, answer) pairs -> right-padded input ids, labels (-100 outside the answers), attention mask."""
+    width = max(len(p) + len(r) for p, r in batch)
+    ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (prompt, response) in enumerate(batch):
+        seq = prompt + response
+        ids[row, : len(seq)] = torch.tensor(seq)
+        labels[row, len(prompt): len(seq)] = torch.tensor(response)
+        attention[row, : len(seq)] = 1
+    return ids, labels, attention
 
 
 class AnswerWeights:
