@@ -19,6 +19,11 @@ latency-bound env whose rollouts dwarf the update gains little from rollout.mode
 or `async` runs one pair only. An untrained model never writes a valid action, so every episode runs its
 8 steps in every configuration.
 On 2 shared cores the load average says how busy the machine was.
+
+`--as-is --turns auto` times a recipe as users run it instead (its own env, groups and backend, no injected
+latency, no warm-up), one sync run then one async run, e.g. for the SmolLM2 recipe:
+
+    PYTHONPATH=. python benchmarks/bench_async_iterations.py --recipe recipes/sokoban_smollm2.yaml --as-is --turns auto --iterations 4
 """
 from __future__ import annotations
 
@@ -39,15 +44,21 @@ def loadavg() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def run(mode: str, turns: str, args: argparse.Namespace, run_dir: Path) -> dict[str, float]:
+def latency_env_overrides(args: argparse.Namespace) -> list[str]:
+    """The recipe's Sokoban behind gigpo/Latency-v0, 8 groups x 4 on the in-process vLLM engine."""
     kwargs = (f"{{env: gigpo/Sokoban-v0, median_s: {args.median_s}, p99_s: {args.p99_s}, size: 5, num_boxes: 1, "
               "solution_length: [1, 4]}")
-    overrides = ["env.id=gigpo/Latency-v0", f"env.kwargs={kwargs}", "env.num_groups=8", "env.group_size=4",
-                 "env.max_steps=8", "env.workers=32", "env.eval_episodes=8", "trainer.sft_steps=0",
+    return ["env.id=gigpo/Latency-v0", f"env.kwargs={kwargs}", "env.num_groups=8", "env.group_size=4",
+            "env.max_steps=8", "env.workers=32", "rollout.backend=vllm", "rollout.enforce_eager=true"]
+
+
+def run(mode: str, turns: str, args: argparse.Namespace, run_dir: Path) -> dict[str, float]:
+    env = [] if args.as_is else latency_env_overrides(args)
+    overrides = [*env, "env.eval_episodes=8", "trainer.sft_steps=0",
                  f"trainer.iterations={args.iterations}", "trainer.eval_every=100000", "trainer.save_every=100000",
-                 "rollout.backend=vllm", "rollout.enforce_eager=true", "logging.progress=false",
-                 "logging.wandb_mode=disabled", "logging.rollouts_every=0", f"trainer.run_dir={run_dir}",
-                 f"rollout.mode={mode}", f"rollout.turns={turns}", "rollout.max_staleness=1", *args.overrides]
+                 "logging.progress=false", "logging.wandb_mode=disabled", "logging.rollouts_every=0",
+                 f"trainer.run_dir={run_dir}", f"rollout.mode={mode}", f"rollout.turns={turns}",
+                 "rollout.max_staleness=1", *args.overrides]
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "gigpo.cli", "train", args.recipe, *overrides], cwd=REPO,
                           capture_output=True, text=True, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
@@ -78,17 +89,20 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=6)
     ap.add_argument("--median-s", type=float, default=0.2)
     ap.add_argument("--p99-s", type=float, default=2.0)
-    ap.add_argument("--turns", choices=["batched", "async", "both"], default="both", help="which turns settings to run")
+    ap.add_argument("--turns", choices=["batched", "async", "both", "auto"], default="both",
+                    help="which turns settings to run (auto: the recipe's own, one pair)")
+    ap.add_argument("--as-is", action="store_true", help="the recipe's own env, groups and backend, no injected latency")
     ap.add_argument("overrides", nargs="*", help="more recipe overrides for every run")
     args = ap.parse_args()
-    print(f"{args.iterations} iterations per run, latency median {args.median_s} s p99 {args.p99_s} s; "
-          f"loadavg {loadavg()}", flush=True)
+    setting = "the recipe's own env" if args.as_is else f"latency median {args.median_s} s p99 {args.p99_s} s"
+    print(f"{args.recipe}: {args.iterations} iterations per run, {setting}; loadavg {loadavg()}", flush=True)
+    runs = [("sync", "auto"), ("async", "auto")] if args.turns == "auto" else RUNS
     with tempfile.TemporaryDirectory(prefix="bench_async_iterations_") as tmp:
-        rates = {(mode, turns): run(mode, turns, args, Path(tmp) / f"{mode}_{turns}")["rate"] for mode, turns in RUNS
+        rates = {(mode, turns): run(mode, turns, args, Path(tmp) / f"{mode}_{turns}")["rate"] for mode, turns in runs
                  if args.turns in (turns, "both")}
     for turns in ("batched", "async") if args.turns == "both" else (args.turns,):
         print(f"{turns} turns: async_mode_steps_s={rates['async', turns]:.1f} sync_mode_steps_s={rates['sync', turns]:.1f} "
-              f"mode_ratio={rates['async', turns] / rates['sync', turns]:.2f}")
+              f"mode_ratio={rates['async', turns] / rates['sync', turns]:.2f} loadavg={loadavg()}")
     if args.turns != "both":
         return
     print(f"all_async_steps_s={rates['async', 'async']:.1f} all_sync_steps_s={rates['sync', 'batched']:.1f} "

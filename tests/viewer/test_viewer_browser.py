@@ -19,8 +19,8 @@ from support.run import REPO, clean_env, gigpo, train
 # two iterations of 2 groups x 4 Sokoban episodes of up to 4 steps; a 40-step warm-up (cached across
 # runs, ~6 s the first time) so that the model writes actions and its trajectories revisit states
 TRAIN = ["env.group_size=4", "env.max_steps=4", "env.eval_episodes=3", "trainer.sft_steps=40", "trainer.sft_rooms=20",
-         "trainer.sft_batch_size=16", "trainer.sft_lr=3e-3", "rollout.max_new_tokens=12", "trainer.iterations=2",
-         "logging.rollouts_every=1"]
+         "trainer.sft_action_share=null", "trainer.sft_batch_size=16", "trainer.sft_lr=3e-3",
+         "rollout.max_new_tokens=12", "trainer.iterations=2", "logging.rollouts_every=1"]
 WHITE = "rgb(255, 255, 255)"
 CELLS_JS = """els => els.map(e => ({traj: +e.dataset.traj, t: +e.dataset.t, sg: +e.dataset.sg, row: +e.parentElement.firstElementChild.textContent,
     bg: getComputedStyle(e).backgroundColor, act: e.querySelector('.act').textContent, invalid: e.classList.contains('invalid'),
