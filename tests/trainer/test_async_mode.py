@@ -287,12 +287,16 @@ def test_async_run_trains_checkpoints_and_leaves_no_process(tmp_path: Path, monk
     assert (run / "checkpoints" / "2" / "meta.json").is_file()
     assert json.loads((run / "done.json").read_text())["iterations"] == 2
     assert processes_with(marker) == []  # env workers and engines ended with the run
-    probe = subprocess.Popen(["sleep", "30"], env=dict(os.environ))  # the check sees a process that has the marker
+    # the check sees a process that has the marker. The probe says "ready" only after exec: until then
+    # /proc/<pid>/environ shows the parent's startup block, which lacks the marker set by monkeypatch.
+    probe = subprocess.Popen(["sh", "-c", "echo ready; exec sleep 30"], env=dict(os.environ), stdout=subprocess.PIPE)
     try:
+        assert probe.stdout.readline() == b"ready\n"
         assert processes_with(marker) == [probe.pid]
     finally:
         probe.kill()
         probe.wait()
+        probe.stdout.close()
 
 
 def test_async_kill_9_then_resume_loses_at_most_one_iteration(tmp_path: Path) -> None:
