@@ -50,6 +50,14 @@ def metrics_of(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+def metrics_so_far(run_dir: Path) -> list[dict]:
+    """The complete metrics lines of a run still being written: none while the file is missing or empty,
+    and never a line caught half-written (polling loops read it between a write's start and its newline)."""
+    path = run_dir / "metrics.jsonl"
+    text = path.read_text() if path.is_file() else ""
+    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]
+
+
 def train_and_kill_in_iteration_3(run_dir: Path, *overrides: str) -> None:
     """Start `gigpo train` and SIGKILL its whole process group once iteration 3 has begun: iteration 2's
     metrics line is written after its checkpoint, so checkpoint 2 is complete and 3 is in flight."""
@@ -60,7 +68,7 @@ def train_and_kill_in_iteration_3(run_dir: Path, *overrides: str) -> None:
     deadline = time.time() + 300
     try:
         while time.time() < deadline:
-            if (run_dir / "metrics.jsonl").exists() and any(r["iteration"] == 2 for r in metrics_of(run_dir)):
+            if any(r["iteration"] == 2 for r in metrics_so_far(run_dir)):
                 break
             assert proc.poll() is None, "training exited before iteration 3"
             time.sleep(0.05)
