@@ -1,5 +1,6 @@
-"""Issue 25's long-task recipe: it resolves to what it promises (long rooms, groups of 8, the balanced
-warm-up, SmolLM2) and runs one iteration on CPU with the model swapped by one override and the sizes shrunk."""
+"""Issue 25's recipes. The long task's resolves to what it promises (long rooms, groups of 8, the balanced
+warm-up, SmolLM2) and runs one iteration on CPU with the model swapped by one override and the sizes shrunk; the short
+task's is sokoban_smollm2 at the paper's group size with nothing else changed."""
 from __future__ import annotations
 
 import json
@@ -18,6 +19,19 @@ def test_the_recipe_resolves_to_long_rooms_groups_of_8_and_smollm2() -> None:
     assert config["env"]["group_size"] == 8  # the paper's group size
     assert config["trainer"]["sft_action_share"] == 0.5
     assert config["env"]["history_length"] == 0 and config["env"]["system_prompt"] == ""  # the lean prompt
+
+
+def test_the_short_task_recipe_is_sokoban_smollm2_at_group_size_8() -> None:
+    short = yaml.safe_load(gigpo("config", "recipes/sokoban_smollm2_g8.yaml").stdout)
+    original = yaml.safe_load(gigpo("config", "recipes/sokoban_smollm2.yaml").stdout)
+    assert short["env"]["group_size"] == 8 and original["env"]["group_size"] == 4
+    assert short["env"]["num_groups"] * 8 > original["env"]["num_groups"] * 4  # more episodes, not fewer
+    # everything else is the measured sokoban_smollm2 recipe
+    for section in ("model", "rollout", "algorithm"):
+        assert short[section] == original[section], section
+    assert short["env"]["kwargs"] == original["env"]["kwargs"] and short["env"]["max_steps"] == original["env"]["max_steps"]
+    assert {k: v for k, v in short["trainer"].items() if k != "run_dir"} == \
+        {k: v for k, v in original["trainer"].items() if k != "run_dir"}
 
 
 def test_one_iteration_with_a_tiny_local_model(tmp_path: Path) -> None:
