@@ -78,6 +78,8 @@ def test_shared_warmup_paired_report_matches_a_hand_computation(tmp_path: Path, 
                    for s in (0, 1)]
         cells = [f"{100 * np.mean([rs[i]['revisit/multi_row_share'] for rs in records]):.1f}" for i in (1, 2)]
         assert f"| {algo} | rows in step groups > 1 (%) | {cells[0]} | {cells[1]} | n/a | n/a |" in report
+        invalid = [f"{100 * np.mean([rs[i]['rollout/invalid_action_rate'] for rs in records]):.1f}" for i in (1, 2)]
+        assert f"| {algo} | invalid actions in training rollouts (%) | {invalid[0]} | {invalid[1]} | n/a | n/a |" in report
         # sampled success of the training rollouts: with two iterations, first 5 and last 5 are both iterations 1-2
         sampled = [np.mean([r["rollout/success"] for r in rs if r.get("iteration", 0) >= 1]) for rs in records]
         cell = f"{100 * np.mean(sampled):.1f} ± {100 * np.std(sampled, ddof=1):.1f}"
