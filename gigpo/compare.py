@@ -134,6 +134,17 @@ def run_all(recipe: str, out: Path, algos: Sequence[str], seeds: Sequence[int], 
     def hold() -> bool:  # a shared warm-up is being built by the one run started so far
         return warmup_seed is not None and warm_up and bool(running) and not _warmup_ready(out, algos, seeds)
 
+    try:
+        _run_pending(recipe, out, pending, running, parallel, hold, budget, overrides, variants, child_env)
+    except BaseException:  # SIGTERM (gigpo.stopping), Ctrl-C, or a failed run: no run may outlive compare
+        _stop_runs(running)
+        raise
+
+
+def _run_pending(recipe: str, out: Path, pending: list[tuple[str, int]], running: list, parallel: int, hold: Any,
+                 budget: Optional[int], overrides: Sequence[str], variants: Optional[dict[str, tuple[str, list[str]]]],
+                 child_env: dict[str, str]) -> None:
+    """Start runs as slots free up and wait for them; a failed run raises (the caller stops the others)."""
     while pending or running:
         while pending and len(running) < parallel and not hold():
             algo, seed = pending.pop(0)
@@ -151,13 +162,25 @@ def run_all(recipe: str, out: Path, algos: Sequence[str], seeds: Sequence[int], 
             running.remove(item)
             log.close()
             if proc.returncode != 0:
-                for _, _, other, other_log in running:
-                    other.terminate()
-                    other.wait()
-                    other_log.close()
                 raise RuntimeError(f"run {algo} seed {seed} failed with exit code {proc.returncode}; "
                                    f"see {run_dir_for(out, algo, seed) / 'train.log'}; rerun compare to resume")
             print(f"compare: done {algo} seed {seed}", flush=True)
+
+
+def _stop_runs(running: list) -> None:
+    """SIGTERM each running `gigpo train` (it closes its engines and workers; checkpoints stay), then wait."""
+    for _, _, proc, _ in running:
+        if proc.poll() is None:
+            proc.terminate()
+    for algo, seed, proc, log in running:
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            print(f"compare: run {algo} seed {seed} did not stop within 120 s of SIGTERM; killing it", flush=True)
+            proc.kill()
+            proc.wait()
+        log.close()
+    running.clear()
 
 
 def load_run(out: Path, algo: str, seed: int) -> RunResult:
