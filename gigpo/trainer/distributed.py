@@ -204,14 +204,4 @@ def relaunch_if_needed(argv: Sequence[str], nprocs: int, module: str = "gigpo.cl
         env["DS_ACCELERATOR"] = "cpu"
         # CPU ranks share the cores: without this each starts a thread per core and they thrash
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nprocs)))
-    launcher = subprocess.Popen(relaunch_command(argv, nprocs, module, hostfile), env=env)
-    try:
-        return launcher.wait()
-    except BaseException:  # SIGTERM (gigpo.stopping) or Ctrl-C here: the launcher passes SIGTERM on to its ranks
-        launcher.terminate()
-        try:
-            launcher.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            launcher.kill()
-            launcher.wait()
-        raise
+    return subprocess.call(relaunch_command(argv, nprocs, module, hostfile), env=env)
