@@ -50,6 +50,19 @@ def metrics_of(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+def processes_with(marker: str) -> list[int]:
+    """Live processes whose environment holds `marker` (children inherit it, so orphans keep it; a zombie's
+    environment reads empty)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
 def metrics_so_far(run_dir: Path) -> list[dict]:
     """The complete metrics lines of a run still being written: none while the file is missing or empty,
     and never a line caught half-written (polling loops read it between a write's start and its newline)."""

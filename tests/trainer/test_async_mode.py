@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support.run import WARM, metrics_of, train, train_and_kill_in_iteration_3
+from support.run import WARM, metrics_of, processes_with, train, train_and_kill_in_iteration_3
 
 from gigpo.rollout.records import StepRecord
 from gigpo.rollout.types import SamplingSettings
@@ -279,18 +279,6 @@ def marked_probe_is_seen(marker: str) -> tuple[bool, str]:
         probe.kill()
         probe.wait()
         probe.stdout.close()
-
-
-def processes_with(marker: str) -> list[int]:
-    """Live processes whose environment holds `marker` (children inherit it, so orphans keep it)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/environ").read_bytes():
-                found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 def test_async_run_trains_checkpoints_and_leaves_no_process(tmp_path: Path, monkeypatch) -> None:

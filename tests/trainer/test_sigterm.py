@@ -8,7 +8,6 @@ left (engine core, env workers); rerunning the command resumes the run from its 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,22 +16,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support.run import REPO, SMALL, clean_env, metrics_so_far
+from support.run import REPO, SMALL, clean_env, metrics_so_far, processes_with
 
 from gigpo.stopping import EXIT_CODE
-
-
-def processes_with(marker: str) -> list[int]:
-    """Live processes whose environment holds `marker` (children inherit it, so orphans keep it; a zombie's
-    environment reads empty)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/environ").read_bytes():
-                found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 def compare(out: Path, marker: str, tiny_model_dir: Path) -> subprocess.Popen:
