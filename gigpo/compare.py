@@ -134,37 +134,31 @@ def run_all(recipe: str, out: Path, algos: Sequence[str], seeds: Sequence[int], 
     def hold() -> bool:  # a shared warm-up is being built by the one run started so far
         return warmup_seed is not None and warm_up and bool(running) and not _warmup_ready(out, algos, seeds)
 
-    try:
-        _run_pending(recipe, out, pending, running, parallel, hold, budget, overrides, variants, child_env)
+    try:  # start runs as slots free up and wait for them
+        while pending or running:
+            while pending and len(running) < parallel and not hold():
+                algo, seed = pending.pop(0)
+                run_dir = run_dir_for(out, algo, seed)
+                run_dir.mkdir(parents=True, exist_ok=True)
+                log = (run_dir / "train.log").open("a")
+                cmd = train_command(recipe, run_dir, algo, seed, budget, overrides, variants)
+                print(f"compare: start {algo} seed {seed} -> {run_dir} (log: {run_dir / 'train.log'})", flush=True)
+                running.append((algo, seed, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env),
+                                log))
+            time.sleep(1.0)
+            for item in list(running):
+                algo, seed, proc, log = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                log.close()
+                if proc.returncode != 0:
+                    raise RuntimeError(f"run {algo} seed {seed} failed with exit code {proc.returncode}; "
+                                       f"see {run_dir_for(out, algo, seed) / 'train.log'}; rerun compare to resume")
+                print(f"compare: done {algo} seed {seed}", flush=True)
     except BaseException:  # SIGTERM (gigpo.stopping), Ctrl-C, or a failed run: no run may outlive compare
         _stop_runs(running)
         raise
-
-
-def _run_pending(recipe: str, out: Path, pending: list[tuple[str, int]], running: list, parallel: int, hold: Any,
-                 budget: Optional[int], overrides: Sequence[str], variants: Optional[dict[str, tuple[str, list[str]]]],
-                 child_env: dict[str, str]) -> None:
-    """Start runs as slots free up and wait for them; a failed run raises (the caller stops the others)."""
-    while pending or running:
-        while pending and len(running) < parallel and not hold():
-            algo, seed = pending.pop(0)
-            run_dir = run_dir_for(out, algo, seed)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            log = (run_dir / "train.log").open("a")
-            cmd = train_command(recipe, run_dir, algo, seed, budget, overrides, variants)
-            print(f"compare: start {algo} seed {seed} -> {run_dir} (log: {run_dir / 'train.log'})", flush=True)
-            running.append((algo, seed, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env), log))
-        time.sleep(1.0)
-        for item in list(running):
-            algo, seed, proc, log = item
-            if proc.poll() is None:
-                continue
-            running.remove(item)
-            log.close()
-            if proc.returncode != 0:
-                raise RuntimeError(f"run {algo} seed {seed} failed with exit code {proc.returncode}; "
-                                   f"see {run_dir_for(out, algo, seed) / 'train.log'}; rerun compare to resume")
-            print(f"compare: done {algo} seed {seed}", flush=True)
 
 
 def _stop_runs(running: list) -> None:

@@ -4,14 +4,24 @@ Under the default action the process dies on the spot: no `finally` runs, and vL
 (which ignores SIGTERM itself) and the env workers outlive it, holding memory and cores. Raised instead,
 the stop reaches the training loop's `finally`, which closes the generator and the pools; completed
 checkpoints are untouched, and `--resume` continues from the last one.
+
+A multi-rank run's ranks live in a process group of their own (`stop_process_group`): DeepSpeed's runner
+does not pass SIGTERM on, so the `gigpo train` the user started stops the group itself.
 """
 from __future__ import annotations
 
+import os
 import signal
+import time
 from types import FrameType
 from typing import Optional
 
+import psutil
+
 EXIT_CODE = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM
+
+_stopping = False
+"""Set by the first SIGTERM: the process is unwinding, and later signals must not cut its cleanup short."""
 
 
 class StopRequested(BaseException):
@@ -20,9 +30,44 @@ class StopRequested(BaseException):
 
 
 def _raise_stop(signum: int, frame: Optional[FrameType]) -> None:
+    global _stopping
+    if _stopping:  # a repeat (DeepSpeed's launcher passing on the group's signal, a second `kill`): the
+        return     # first one's unwinding is already closing engines and workers; SIGKILL still ends it
+    _stopping = True
     raise StopRequested(signal.Signals(signum).name)
 
 
 def stop_on_sigterm() -> None:
-    """From here on, SIGTERM raises StopRequested in the main thread (call it from the main thread)."""
+    """From here on, the first SIGTERM raises StopRequested in the main thread (call it from the main thread)."""
     signal.signal(signal.SIGTERM, _raise_stop)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group `pgid`."""
+    members = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc.pid)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return members
+
+
+def stop_process_group(pgid: int, grace_s: float) -> list[int]:
+    """SIGTERM to every process of group `pgid`, then SIGKILL to those still alive after `grace_s` seconds
+    (a rank that waits in a collective for a peer that already stopped never returns to Python to see its
+    signal). Returns the pids that had to be killed."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return []
+    deadline = time.monotonic() + grace_s
+    while (left := group_members(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if left:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left

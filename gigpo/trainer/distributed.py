@@ -92,10 +92,12 @@ def shutdown_distributed() -> None:
         remove_shm_allreduce_buffer(rank)
 
 
-def remove_shm_allreduce_buffer(rank: int) -> None:
-    """Unlink this rank's /dev/shm buffer of DeepSpeed's CPU all-reduce (64 MiB each, never removed by
-    DeepSpeed, so they pile up in RAM-backed /dev/shm run after run). The mapping stays valid until exit."""
-    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+def remove_shm_allreduce_buffer(rank: int, addr: Optional[str] = None, port: Optional[int] = None) -> None:
+    """Unlink a rank's /dev/shm buffer of DeepSpeed's CPU all-reduce (64 MiB each, never removed by
+    DeepSpeed, so they pile up in RAM-backed /dev/shm run after run). The mapping stays valid until exit.
+    By default this rank's master address and port."""
+    addr = addr or os.environ.get("MASTER_ADDR")
+    port = port or os.environ.get("MASTER_PORT")
     if addr and port:
         path = f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}_{rank}"
         try:
@@ -189,13 +191,23 @@ def launched() -> bool:
     return "WORLD_SIZE" in os.environ and "LOCAL_RANK" in os.environ
 
 
+RANK_STOP_GRACE_S = 40.0
+"""How long stopped ranks get to close their engines and workers before SIGKILL (DeepSpeed's per-node
+launcher gives them 30 s of its own)."""
+
+
 def relaunch_if_needed(argv: Sequence[str], nprocs: int, module: str = "gigpo.cli",
                        hostfile: Optional[str] = None) -> Optional[int]:
     """From `gigpo train`: with nprocs > 1 and not yet launched, run the ranks and return their exit code.
 
     Returns None when the caller should just carry on in this process (one rank, or already a rank).
+    The launcher and ranks get a process group of their own: when this process is stopped (SIGTERM via
+    gigpo.stopping, Ctrl-C) it stops that group, since DeepSpeed's runner would die alone and leave the
+    ranks training.
     """
     import subprocess
+
+    from gigpo.stopping import stop_process_group
 
     if nprocs <= 1 or launched():
         return None
@@ -204,4 +216,18 @@ def relaunch_if_needed(argv: Sequence[str], nprocs: int, module: str = "gigpo.cl
         env["DS_ACCELERATOR"] = "cpu"
         # CPU ranks share the cores: without this each starts a thread per core and they thrash
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nprocs)))
-    return subprocess.call(relaunch_command(argv, nprocs, module, hostfile), env=env)
+    port = free_port()
+    launcher = subprocess.Popen(relaunch_command(argv, nprocs, module, hostfile, master_port=port), env=env,
+                                start_new_session=True)
+    try:
+        return launcher.wait()
+    except BaseException:
+        killed = stop_process_group(launcher.pid, RANK_STOP_GRACE_S)
+        launcher.wait()
+        if killed:
+            print(f"gigpo: {len(killed)} processes of the ranks did not stop within {RANK_STOP_GRACE_S:.0f} s of "
+                  "SIGTERM and were killed", file=sys.stderr, flush=True)
+        if killed and hostfile is None:  # a killed rank never unlinked its all-reduce buffer
+            for rank in range(nprocs):
+                remove_shm_allreduce_buffer(rank, "127.0.0.1", port)
+        raise

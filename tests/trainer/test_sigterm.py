@@ -7,7 +7,9 @@ left (engine core, env workers); rerunning the command resumes the run from its 
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -67,3 +69,47 @@ def test_sigterm_stops_compare_and_its_run_without_orphans_and_the_rerun_resumes
     assert json.loads((run_dir / "done.json").read_text())["iterations"] == 6
     iterations = [r["iteration"] for r in metrics_so_far(run_dir)]
     assert iterations[-1] == 6 and iterations.count(1) == 1, iterations  # resumed, not restarted from iteration 1
+
+
+def test_sigterm_to_a_two_rank_train_stops_every_rank_and_its_engine(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """DeepSpeed's runner dies of SIGTERM without passing it on, so the ranks used to go on training after
+    the `gigpo train` the user had stopped exited. Now it stops their process group: exit 143, no process
+    of the run left (runner, per-node launcher, ranks, vLLM's engine core, env workers), no all-reduce
+    buffer left in /dev/shm, and the checkpoints written before the stop complete."""
+    marker = f"GIGPO_SIGTERM_TEST={uuid.uuid4().hex}"
+    run_dir = tmp_path / "two-ranks"
+    buffers_before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"))
+    cmd = [sys.executable, "-m", "gigpo.cli", "train", "recipes/sokoban_tiny.yaml", *SMALL, f"trainer.run_dir={run_dir}",
+           f"model.path={tiny_model_dir}", "rollout.backend=vllm", "rollout.enforce_eager=true", "trainer.nprocs=2",
+           "trainer.iterations=30", "trainer.save_every=1", "trainer.eval_every=100"]
+    log = tmp_path / "train.log"  # a file, not a pipe: orphaned ranks holding a pipe open would hide from wait()
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**clean_env(), **dict([marker.split("=")])})
+    try:
+        deadline = time.monotonic() + 300
+        while not any(r["iteration"] >= 1 for r in metrics_so_far(run_dir)):
+            if proc.poll() is not None:
+                pytest.fail(f"train exited before iteration 1:\n{log.read_text()[-3000:]}")
+            assert time.monotonic() < deadline, "no iteration in 300 s"
+            time.sleep(0.1)
+        # the parent, DeepSpeed's runner and launcher, two ranks, rank 0's engine core: the check below can fail
+        assert len(processes_with(marker)) >= 6, processes_with(marker)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=180)
+        left = processes_with(marker)  # at once: the parent returns only after its ranks are gone
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in processes_with(marker):  # orphans of a failed check must not train on through other tests
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    said = log.read_text()
+    assert proc.returncode == EXIT_CODE, said[-3000:]
+    assert "training stopped by SIGTERM" in said and "--resume" in said, said[-3000:]
+    assert left == [], f"processes of the run outlived it: {left}"
+    assert set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")) <= buffers_before
+    stopped_at = max(r["iteration"] for r in metrics_so_far(run_dir))
+    assert stopped_at < 30 and not (run_dir / "done.json").exists()
+    for iteration in range(1, stopped_at + 1):  # every checkpoint logged before the stop is complete
+        assert (run_dir / "checkpoints" / str(iteration) / "meta.json").is_file(), iteration
