@@ -113,3 +113,26 @@ def test_sigterm_to_a_two_rank_train_stops_every_rank_and_its_engine(tmp_path: P
     assert stopped_at < 30 and not (run_dir / "done.json").exists()
     for iteration in range(1, stopped_at + 1):  # every checkpoint logged before the stop is complete
         assert (run_dir / "checkpoints" / str(iteration) / "meta.json").is_file(), iteration
+
+
+def test_a_second_sigterm_does_not_cut_short_the_cleanup_the_first_started() -> None:
+    """A multi-rank stop reaches each rank twice (the parent's group signal, then DeepSpeed's launcher passing
+    it on); an impatient user sends it twice. The second must not raise inside the `finally` that is closing
+    the engines, or they would be left running."""
+    script = (
+        "import os, signal, time\n"
+        "from gigpo.stopping import StopRequested, stop_on_sigterm\n"
+        "stop_on_sigterm()\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(5)\n"
+        "    print('not stopped')\n"
+        "except StopRequested:\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(0.2)  # the handler runs here\n"
+        "        print('cleanup finished')\n"
+        "    except StopRequested:\n"
+        "        print('cleanup cut short')\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "cleanup finished", done.stdout + done.stderr
