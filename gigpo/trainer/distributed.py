@@ -227,7 +227,8 @@ def relaunch_if_needed(argv: Sequence[str], nprocs: int, module: str = "gigpo.cl
         if killed:
             print(f"gigpo: {len(killed)} processes of the ranks did not stop within {RANK_STOP_GRACE_S:.0f} s of "
                   "SIGTERM and were killed", file=sys.stderr, flush=True)
-        if killed and hostfile is None:  # a killed rank never unlinked its all-reduce buffer
+        raise
+    finally:  # a rank that stopped on a signal, a lost peer or an error may not have unlinked its buffer
+        if hostfile is None:
             for rank in range(nprocs):
                 remove_shm_allreduce_buffer(rank, "127.0.0.1", port)
-        raise

@@ -52,12 +52,27 @@ def metrics_of(run_dir: Path) -> list[dict]:
 
 def processes_with(marker: str) -> list[int]:
     """Live processes whose environment holds `marker` (children inherit it, so orphans keep it; a zombie's
-    environment reads empty)."""
+    environment reads empty). Blind to processes that retitle themselves, vLLM's among them: see `processes_in`."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             if marker.encode() in Path(f"/proc/{pid}/environ").read_bytes():
                 found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def processes_in(directory: Path) -> dict[int, str]:
+    """Live processes whose working directory is `directory`, with their command lines. Children inherit the
+    working directory and orphans keep it. An environment marker does not do: vLLM's engine core and workers
+    retitle themselves (setproctitle), which overwrites the environment block that /proc shows."""
+    found = {}
+    target = os.path.realpath(directory)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd") == target:
+                found[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
         except OSError:
             continue
     return found

@@ -4,6 +4,10 @@ Under the default action a killed `gigpo train` left vLLM's engine-core process 
 itself), 0.7 GB each, found after two interrupted runs on this machine. Here: the comparison gets SIGTERM
 during its run's training, passes it on, and exits 143 saying how to continue; no process of the run is
 left (engine core, env workers); rerunning the command resumes the run from its checkpoint and finishes.
+
+Each test starts its commands in a working directory of its own and looks for leftovers by that directory:
+children inherit it and orphans keep it, where the environment marker used before was blind to vLLM's engine
+core (it retitles itself, overwriting the environment block /proc shows).
 """
 from __future__ import annotations
 
@@ -14,29 +18,41 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-from support.run import REPO, SMALL, clean_env, metrics_so_far, processes_with
+from support.run import REPO, SMALL, clean_env, metrics_so_far, processes_in
 
 from gigpo.stopping import EXIT_CODE
 
 
-def compare(out: Path, marker: str, tiny_model_dir: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "gigpo.cli", "compare", "recipes/sokoban_tiny.yaml", *SMALL, "--algos", "gigpo",
+RECIPE = str(REPO / "recipes" / "sokoban_tiny.yaml")
+
+
+def own_directory(tmp_path: Path) -> Path:
+    """The working directory the test's commands run in, which marks their processes (`processes_in`)."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    return cwd
+
+
+def engine_cores(processes: dict[int, str]) -> list[int]:
+    return [pid for pid, cmdline in processes.items() if cmdline.startswith("VLLM::EngineCore")]
+
+
+def compare(out: Path, cwd: Path, tiny_model_dir: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "gigpo.cli", "compare", RECIPE, *SMALL, "--algos", "gigpo",
            "--seeds", "1", "--out", str(out), f"model.path={tiny_model_dir}", "rollout.backend=vllm",
            "rollout.enforce_eager=true", "trainer.iterations=6", "trainer.save_every=1", "trainer.eval_every=100"]
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**clean_env(), **dict([marker.split("=")])})
+    return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
 
 
 def test_sigterm_stops_compare_and_its_run_without_orphans_and_the_rerun_resumes(tmp_path: Path,
                                                                                   tiny_model_dir: Path) -> None:
-    marker = f"GIGPO_SIGTERM_TEST={uuid.uuid4().hex}"
+    cwd = own_directory(tmp_path)
     out = tmp_path / "cmp"
     run_dir = out / "gigpo-s0"
-    proc = compare(out, marker, tiny_model_dir)
+    proc = compare(out, cwd, tiny_model_dir)
     try:
         deadline = time.monotonic() + 300
         while not any(r["iteration"] >= 1 for r in metrics_so_far(run_dir)):  # training, engine up, checkpoint 1 written
@@ -44,8 +60,7 @@ def test_sigterm_stops_compare_and_its_run_without_orphans_and_the_rerun_resumes
                 pytest.fail(f"compare exited before iteration 1:\n{proc.stdout.read()[-3000:]}")
             assert time.monotonic() < deadline, "no iteration in 300 s"
             time.sleep(0.1)
-        children = [p for p in processes_with(marker) if p != proc.pid]
-        assert len(children) >= 2, children  # the run and its vLLM engine core at least: the check below can fail
+        assert engine_cores(processes_in(cwd)), processes_in(cwd)  # the check below can see what it looks for
         proc.send_signal(signal.SIGTERM)
         said, _ = proc.communicate(timeout=180)
     finally:
@@ -57,13 +72,13 @@ def test_sigterm_stops_compare_and_its_run_without_orphans_and_the_rerun_resumes
     run_log = (run_dir / "train.log").read_text()
     assert "training stopped by SIGTERM" in run_log and "--resume" in run_log, run_log[-3000:]
     deadline = time.monotonic() + 30  # the engine core reaps its own workers as it exits
-    while processes_with(marker) and time.monotonic() < deadline:
+    while processes_in(cwd) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert processes_with(marker) == [], [Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in processes_with(marker)]
+    assert processes_in(cwd) == {}
     stopped_at = max(r["iteration"] for r in metrics_so_far(run_dir))
     assert stopped_at < 6 and not (run_dir / "done.json").exists()
 
-    rerun = compare(out, marker, tiny_model_dir)
+    rerun = compare(out, cwd, tiny_model_dir)
     said, _ = rerun.communicate(timeout=400)
     assert rerun.returncode == 0, said[-3000:]
     assert json.loads((run_dir / "done.json").read_text())["iterations"] == 6
@@ -76,15 +91,15 @@ def test_sigterm_to_a_two_rank_train_stops_every_rank_and_its_engine(tmp_path: P
     the `gigpo train` the user had stopped exited. Now it stops their process group: exit 143, no process
     of the run left (runner, per-node launcher, ranks, vLLM's engine core, env workers), no all-reduce
     buffer left in /dev/shm, and the checkpoints written before the stop complete."""
-    marker = f"GIGPO_SIGTERM_TEST={uuid.uuid4().hex}"
+    cwd = own_directory(tmp_path)
     run_dir = tmp_path / "two-ranks"
     buffers_before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"))
-    cmd = [sys.executable, "-m", "gigpo.cli", "train", "recipes/sokoban_tiny.yaml", *SMALL, f"trainer.run_dir={run_dir}",
+    cmd = [sys.executable, "-m", "gigpo.cli", "train", RECIPE, *SMALL, f"trainer.run_dir={run_dir}",
            f"model.path={tiny_model_dir}", "rollout.backend=vllm", "rollout.enforce_eager=true", "trainer.nprocs=2",
            "trainer.iterations=30", "trainer.save_every=1", "trainer.eval_every=100"]
     log = tmp_path / "train.log"  # a file, not a pipe: orphaned ranks holding a pipe open would hide from wait()
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**clean_env(), **dict([marker.split("=")])})
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=clean_env())
     try:
         deadline = time.monotonic() + 300
         while not any(r["iteration"] >= 1 for r in metrics_so_far(run_dir)):
@@ -93,21 +108,21 @@ def test_sigterm_to_a_two_rank_train_stops_every_rank_and_its_engine(tmp_path: P
             assert time.monotonic() < deadline, "no iteration in 300 s"
             time.sleep(0.1)
         # the parent, DeepSpeed's runner and launcher, two ranks, rank 0's engine core: the check below can fail
-        assert len(processes_with(marker)) >= 6, processes_with(marker)
+        assert len(processes_in(cwd)) >= 6 and engine_cores(processes_in(cwd)), processes_in(cwd)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=180)
-        left = processes_with(marker)  # at once: the parent returns only after its ranks are gone
+        left = processes_in(cwd)  # at once: the parent returns only after its ranks are gone
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for pid in processes_with(marker):  # orphans of a failed check must not train on through other tests
+        for pid in processes_in(cwd):  # orphans of a failed check must not train on through other tests
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     said = log.read_text()
     assert proc.returncode == EXIT_CODE, said[-3000:]
     assert "training stopped by SIGTERM" in said and "--resume" in said, said[-3000:]
-    assert left == [], f"processes of the run outlived it: {left}"
+    assert left == {}, f"processes of the run outlived it: {left}"
     assert set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")) <= buffers_before
     stopped_at = max(r["iteration"] for r in metrics_so_far(run_dir))
     assert stopped_at < 30 and not (run_dir / "done.json").exists()
