@@ -407,6 +407,29 @@ def paired_section(runs: dict[str, list[RunResult]], pair: tuple[str, str]) -> l
     return lines + [""]
 
 
+def rooms_section(out: Path, pair: tuple[str, str], seeds: Sequence[int]) -> list[str]:
+    """Seed k of `pair`'s two algorithms, room by room at their final evaluations (gigpo/rooms.py)."""
+    from gigpo.rooms import final_eval_rooms, room_agreement
+
+    a, b = pair
+    lines = [f"## Rooms at the final evaluation: {a} vs {b}", "",
+             "Seed k of both evaluates the same held-out rooms; the rooms only one of them won carry the whole "
+             "difference (McNemar: exact two-sided binomial test of those counts, scipy.stats.binomtest). Read "
+             "from each run's last evaluation record.", "",
+             f"| seed | iteration | rooms | both won | only {a} | only {b} | neither | p (McNemar) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for seed in seeds:
+        ra, rb = final_eval_rooms(run_dir_for(out, a, seed)), final_eval_rooms(run_dir_for(out, b, seed))
+        if ra is None or rb is None or ra.iteration != rb.iteration:
+            why = "no evaluation record" if ra is None or rb is None else f"records of iterations {ra.iteration} and {rb.iteration}"
+            lines.append(f"| {seed} | n/a ({why}) | | | | | | |")
+            continue
+        ag = room_agreement(ra.won, rb.won)
+        lines.append(f"| {seed} | {ra.iteration} | {ag.rooms} | {ag.both} | {ag.only_a} | {ag.only_b} | {ag.neither} "
+                     f"| {_p(ag.p_mcnemar)} |")
+    return lines + [""]
+
+
 def design_section(out: Path, runs: dict[str, list[RunResult]], algos: Sequence[str], seeds: Sequence[int]) -> list[str]:
     """What the runs share: the warm-up checkpoint (by digest) and the task seeds per iteration."""
     digests = {r.warmup_digest for rs in runs.values() for r in rs}
@@ -482,6 +505,8 @@ def write_report(out: Path, recipe: str, algos: Sequence[str], seeds: Sequence[i
              "mean ± std over seeds, in percent." + _standard_error_note(runs), ""]
     lines += design_section(out, runs, algos, seeds)
     lines += paired_section(runs, pair)
+    if pair[0] in runs and pair[1] in runs:
+        lines += rooms_section(out, pair, seeds)
     lines += ["## Success at environment-step budgets", "",
               "| algorithm | start | " + " | ".join(f"{b:,.0f} steps" for b in budgets) + " | final | last 3 evaluations |",
               "|---|" + "---|" * (len(budgets) + 3)]

@@ -2,6 +2,7 @@
 statistics equal a hand computation from the runs' own metrics.jsonl."""
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import re
@@ -84,5 +85,19 @@ def test_shared_warmup_paired_report_matches_a_hand_computation(tmp_path: Path, 
         sampled = [np.mean([r["rollout/success"] for r in rs if r.get("iteration", 0) >= 1]) for rs in records]
         cell = f"{100 * np.mean(sampled):.1f} ± {100 * np.std(sampled, ddof=1):.1f}"
         assert re.search(rf"\| {algo} \| [^|]+ \| [^|]+ \| {re.escape(cell)} \| {re.escape(cell)} \|", report), cell
+    # room by room at the final evaluation, from the eval records: both, only gigpo, only grpo, neither, McNemar
+    for s in (0, 1):
+        won = {}
+        for algo in ("gigpo", "grpo"):
+            last = sorted((out / f"{algo}-s{s}" / "records").glob("*-eval.jsonl.gz"))[-1]
+            assert last.name == "000002-eval.jsonl.gz"  # the last evaluation is recorded
+            rows = [json.loads(line) for line in gzip.open(last, "rt")]
+            won[algo] = {r["seed"]: r["won"] for r in rows if r["kind"] == "traj"}
+            assert len(won[algo]) == 12 and np.mean(list(won[algo].values())) == curves[f"{algo}-s{s}"][-1]
+        g, r = won["gigpo"], won["grpo"]
+        only_g, only_r = sum(g[k] and not r[k] for k in g), sum(r[k] and not g[k] for k in g)
+        both = sum(g[k] and r[k] for k in g)
+        p = stats.binomtest(only_g, only_g + only_r).pvalue if only_g + only_r else 1.0
+        assert f"| {s} | 2 | 12 | {both} | {only_g} | {only_r} | {12 - both - only_g - only_r} | {p:.3f} |" in report
     assert (out / "curves.png").stat().st_size > 0 and (out / "step_groups_gigpo.png").stat().st_size > 0
     print(f"final-success differences: {final}")

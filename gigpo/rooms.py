@@ -1,0 +1,64 @@
+"""Which held-out rooms two runs won at their final evaluation, paired room by room.
+
+Seed k of every algorithm in a comparison evaluates the same held-out rooms, so beside the success rates
+the rooms themselves can be paired: both won, only one, neither. The rooms only one run won carry the
+whole difference, and an exact McNemar test on them asks whether it is more than chance. Two runs can
+tie on success while winning different rooms, or win exactly the same ones: a tie of the second kind
+says the two policies ended in the same place, not only at the same rate.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from gigpo.viewer.records import RECORDS_DIR
+
+
+@dataclass(frozen=True)
+class FinalRooms:
+    iteration: int
+    won: dict[int, bool]
+    """Held-out room (its env seed) -> won. A record cut to its size limit (logging.rollouts_max_mb) holds
+    fewer rooms than the evaluation played."""
+
+
+@dataclass(frozen=True)
+class RoomAgreement:
+    rooms: int
+    both: int
+    only_a: int
+    only_b: int
+    neither: int
+    p_mcnemar: float
+    """Exact two-sided McNemar p-value: a binomial test of only_a against only_b (1.0 when both are 0)."""
+
+
+def final_eval_rooms(run_dir: Path) -> Optional[FinalRooms]:
+    """The rooms of the run's last evaluation record (None when the run kept no evaluation record)."""
+    records = sorted(Path(run_dir, RECORDS_DIR).glob("*-eval.jsonl.gz"))  # names start with the zero-padded iteration
+    if not records:
+        return None
+    won: dict[int, bool] = {}
+    with gzip.open(records[-1], "rt", encoding="utf-8") as f:
+        header = json.loads(f.readline())
+        for line in f:
+            row = json.loads(line)
+            if row.get("kind") == "traj":
+                won[int(row["seed"])] = bool(row["won"])
+    return FinalRooms(int(header["iteration"]), won)
+
+
+def room_agreement(a: dict[int, bool], b: dict[int, bool]) -> RoomAgreement:
+    """Pair the rooms both runs recorded (a missing room in either is left out)."""
+    from scipy.stats import binomtest
+
+    shared = sorted(set(a) & set(b))
+    both = sum(a[r] and b[r] for r in shared)
+    only_a = sum(a[r] and not b[r] for r in shared)
+    only_b = sum(b[r] and not a[r] for r in shared)
+    discordant = only_a + only_b
+    p = binomtest(only_a, discordant, 0.5).pvalue if discordant else 1.0
+    return RoomAgreement(len(shared), both, only_a, only_b, len(shared) - both - only_a - only_b, float(p))
