@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -279,7 +280,11 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> str:
     b = [v for v in b if not math.isnan(v)]
     if len(a) < 2 or len(b) < 2:
         return "not enough seeds for a test (need 2 per side)"
-    res = stats.ttest_ind(a, b, equal_var=False)
+    with warnings.catch_warnings():
+        # success rates are multiples of 1/episodes, so one side's seeds often end equal: scipy then warns of
+        # precision loss, yet Welch's t is exact from the other side's spread
+        warnings.filterwarnings("ignore", message="Precision loss occurred in moment calculation")
+        res = stats.ttest_ind(a, b, equal_var=False)
     return f"Welch t = {res.statistic:.2f}, p = {res.pvalue:.3f} (n = {len(a)} vs {len(b)} seeds)"
 
 
@@ -353,7 +358,7 @@ def mean_curve_efficiency(fast: Sequence[RunResult], slow: Sequence[RunResult],
 
 def paired_section(runs: dict[str, list[RunResult]], pair: tuple[str, str]) -> list[str]:
     """The report's paired statistics for `pair[0] - pair[1]`, seed by seed."""
-    from gigpo.paired import paired_stats
+    from gigpo.paired import WILCOXON_MIN_PAIRS, paired_stats
 
     a, b = pair
     lines = [f"## Paired: {a} - {b} (seed k against seed k)", ""]
@@ -361,8 +366,8 @@ def paired_section(runs: dict[str, list[RunResult]], pair: tuple[str, str]) -> l
         return lines + [f"Not both of {a} and {b} in this comparison.", ""]
     measures = (("final success", lambda r: r.final), ("mean of the last 3 evaluations", lambda r: r.final_smoothed))
     lines += ["Differences in points of success; CI: mean ± t·s/√n (95%); paired t-test: scipy.stats.ttest_rel; "
-              "Wilcoxon signed-rank (two-sided, scipy.stats.wilcoxon) from 3 non-zero differences on "
-              "(with n pairs its p-value cannot go below 2/2^n).", "",
+              f"Wilcoxon signed-rank (two-sided, scipy.stats.wilcoxon), given only when at least {WILCOXON_MIN_PAIRS} "
+              "differences are non-zero (with n pairs its p-value cannot go below 2/2^n).", "",
               "| measure | per-seed differences | mean | 95% CI | paired t | p (t-test) | p (Wilcoxon) |",
               "|---|---|---|---|---|---|---|"]
     for name, value in measures:

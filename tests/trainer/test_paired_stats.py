@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from gigpo.compare import RunResult, mean_curve_efficiency, paired_efficiency, phase_means
+from gigpo.compare import RunResult, mean_curve_efficiency, paired_efficiency, phase_means, welch_test
 from gigpo.config import load_config
 from gigpo.paired import mean_band, paired_stats, t_interval
 from gigpo.seeds import train_seeds
@@ -45,6 +46,18 @@ def test_wilcoxon_exact_value_without_ties_and_none_when_too_few_pairs():
     assert paired_stats({0: 0.5, 1: 0.4}, {0: 0.3, 1: 0.35}).p_wilcoxon is None
     same = paired_stats({0: 0.5, 1: 0.4}, {0: 0.4, 1: 0.3})           # equal differences: no spread, no t-test
     assert same.mean == pytest.approx(0.1) and math.isnan(same.p_t)
+
+
+def test_welch_test_is_quiet_and_exact_when_one_side_has_no_spread():
+    # one side's seeds ending on the same success rate is common (rates are multiples of 1/episodes);
+    # scipy warns of precision loss there, but the statistic comes from the other side's spread alone
+    a, b = [0.29, 0.27], [0.26, 0.26]
+    t = (0.28 - 0.26) / math.sqrt(np.var(a, ddof=1) / 2)
+    p = 2 * stats.t.sf(t, df=1)          # Welch-Satterthwaite degrees of freedom: n_a - 1 when b has no spread
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        text = welch_test(a, b)
+    assert text == f"Welch t = {t:.2f}, p = {p:.3f} (n = 2 vs 2 seeds)"
 
 
 def test_mean_band_interpolates_each_curve_then_takes_the_t_interval():
