@@ -214,11 +214,17 @@ def phase_means(records: Sequence[dict[str, Any]], key: str, phases: int = PHASE
     return [float(np.mean(chunk)) if len(chunk) else float("nan") for chunk in np.array_split(values, phases)]
 
 
+WARMUP_DIGEST_FILE = "weights.digest"
+
+
 def warmup_digest(run_dir: Path) -> Optional[str]:
-    """A short digest of the run's warm-up weights (None without a warm-up): equal digests, equal start."""
+    """A short digest of the run's warm-up weights (None without a warm-up): equal digests, equal start.
+
+    A run's record copied without its weights (docs/results) keeps the digest in `warmup/weights.digest`."""
     weights = sorted((run_dir / "warmup" / "hf").glob("*.safetensors"))
     if not weights:
-        return None
+        kept = run_dir / "warmup" / WARMUP_DIGEST_FILE
+        return kept.read_text().strip() if kept.is_file() else None
     digest = hashlib.blake2b(digest_size=8)
     for path in weights:
         digest.update(path.read_bytes())

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gigpo.compare import RunResult, efficiency_ratio, steps_to_reach, success_at
+from gigpo.compare import WARMUP_DIGEST_FILE, RunResult, efficiency_ratio, steps_to_reach, success_at, warmup_digest
 
 
 def run(algo: str, seed: int, steps: list[float], success: list[float]) -> RunResult:
@@ -33,3 +33,16 @@ def test_no_ratio_when_the_baseline_did_not_improve_on_its_start():
 def test_smoothed_final_averages_the_last_three_evaluations_after_the_start():
     assert run("gigpo", 0, [0, 1, 2, 3, 4], [0.1, 0.9, 0.2, 0.3, 0.4]).final_smoothed == pytest.approx(0.3)
     assert run("gigpo", 0, [0, 1], [0.1, 0.5]).final_smoothed == 0.5   # the start never counts
+
+
+def test_warmup_digest_from_the_weights_or_from_a_copied_record_without_them(tmp_path):
+    run_dir, copy = tmp_path / "run", tmp_path / "copy"
+    assert warmup_digest(run_dir) is None                                   # no warm-up: no digest
+    (run_dir / "warmup" / "hf").mkdir(parents=True)
+    (run_dir / "warmup" / "hf" / "model.safetensors").write_bytes(b"weights one")
+    first = warmup_digest(run_dir)
+    (run_dir / "warmup" / "hf" / "model.safetensors").write_bytes(b"weights two")
+    assert warmup_digest(run_dir) != first                                  # the digest follows the bytes
+    (copy / "warmup").mkdir(parents=True)                                   # docs/results keeps only the digest
+    (copy / "warmup" / WARMUP_DIGEST_FILE).write_text(first + "\n")
+    assert warmup_digest(copy) == first
