@@ -420,7 +420,7 @@ def paired_section(runs: dict[str, list[RunResult]], pair: tuple[str, str]) -> l
 
 def rooms_section(out: Path, pair: tuple[str, str], seeds: Sequence[int]) -> list[str]:
     """Seed k of `pair`'s two algorithms, room by room at their final evaluations (gigpo/rooms.py)."""
-    from gigpo.rooms import final_eval_rooms, room_agreement
+    from gigpo.rooms import final_eval_rooms, first_eval_rooms, room_agreement
 
     a, b = pair
     lines = [f"## Rooms at the final evaluation: {a} vs {b}", "",
@@ -438,6 +438,19 @@ def rooms_section(out: Path, pair: tuple[str, str], seeds: Sequence[int]) -> lis
         ag = room_agreement(ra.won, rb.won)
         lines.append(f"| {seed} | {ra.iteration} | {ag.rooms} | {ag.both} | {ag.only_a} | {ag.only_b} | {ag.neither} "
                      f"| {_p(ag.p_mcnemar)} |")
+    lines += ["", "Each run's last evaluation against its own first (its start, the same rooms): a run that learns keeps "
+              "the rooms it started with and gains others; one that drifts gains and loses alike.", "",
+              "| algorithm | seed | iterations | won at both | gained | lost | p (McNemar) |", "|---|---|---|---|---|---|---|"]
+    for algo in pair:
+        for seed in seeds:
+            run_dir = run_dir_for(out, algo, seed)
+            start, end = first_eval_rooms(run_dir), final_eval_rooms(run_dir)
+            if start is None or end is None or start.iteration == end.iteration:
+                lines.append(f"| {algo} | {seed} | n/a (fewer than two evaluation records) | | | | |")
+                continue
+            ag = room_agreement(end.won, start.won)
+            lines.append(f"| {algo} | {seed} | {start.iteration}-{end.iteration} | {ag.both} | {ag.only_a} | {ag.only_b} "
+                         f"| {_p(ag.p_mcnemar)} |")
     return lines + [""]
 
 

@@ -5,6 +5,9 @@ the rooms themselves can be paired: both won, only one, neither. The rooms only 
 whole difference, and an exact McNemar test on them asks whether it is more than chance. Two runs can
 tie on success while winning different rooms, or win exactly the same ones: a tie of the second kind
 says the two policies ended in the same place, not only at the same rate.
+
+A run's last evaluation against its own first tells learning from drift the same way: a policy that
+learns keeps the rooms it started with and adds some; one that drifts wins some and loses as many.
 """
 from __future__ import annotations
 
@@ -38,11 +41,23 @@ class RoomAgreement:
 
 def final_eval_rooms(run_dir: Path) -> Optional[FinalRooms]:
     """The rooms of the run's last evaluation record (None when the run kept no evaluation record)."""
-    records = sorted(Path(run_dir, RECORDS_DIR).glob("*-eval.jsonl.gz"))  # names start with the zero-padded iteration
-    if not records:
-        return None
+    records = _eval_records(run_dir)
+    return _rooms_of(records[-1]) if records else None
+
+
+def first_eval_rooms(run_dir: Path) -> Optional[FinalRooms]:
+    """The rooms of the run's first evaluation record: its start (iteration 0, after the warm-up)."""
+    records = _eval_records(run_dir)
+    return _rooms_of(records[0]) if records else None
+
+
+def _eval_records(run_dir: Path) -> list[Path]:
+    return sorted(Path(run_dir, RECORDS_DIR).glob("*-eval.jsonl.gz"))  # names start with the zero-padded iteration
+
+
+def _rooms_of(record: Path) -> FinalRooms:
     won: dict[int, bool] = {}
-    with gzip.open(records[-1], "rt", encoding="utf-8") as f:
+    with gzip.open(record, "rt", encoding="utf-8") as f:
         header = json.loads(f.readline())
         for line in f:
             row = json.loads(line)
