@@ -29,6 +29,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from gigpo.trainer.metrics import read_metrics
+from gigpo.paired import DIFF_DECIMALS
 
 SUCCESS_KEY = "eval/success"
 STEPS_KEY = "rollout/env_steps_total"
@@ -342,23 +343,33 @@ def paired_efficiency(fast: Sequence[RunResult], slow: Sequence[RunResult]) -> l
     return rows
 
 
-def mean_curve_efficiency(fast: Sequence[RunResult], slow: Sequence[RunResult],
-                          points: int = 400) -> Optional[dict[str, float]]:
-    """Where the mean curve of `fast` (interpolated over seeds) first reaches the mean final success of `slow`."""
-    from gigpo.plots import common_grid
+def mean_curve_efficiency(fast: Sequence[RunResult], slow: Sequence[RunResult]) -> Optional[dict[str, float]]:
+    """Where the mean curve of `fast` first reaches the mean final success of `slow`.
 
-    curves = [(r.steps, r.success) for r in fast if r.steps]
-    grid = common_grid(curves, points)
-    if grid is None or not slow:
+    Each seed's curve is linear between its evaluations, so their mean is linear between the union of all
+    seeds' evaluation points: the crossing is found exactly there. (A fixed grid missed a curve that touches
+    the target at one evaluation and dips after it, as a plateau at a ceiling does.)"""
+    curves = [(np.asarray(r.steps, dtype=np.float64), np.asarray(r.success, dtype=np.float64)) for r in fast if r.steps]
+    if not curves or len(curves) < len(fast) or not slow:
         return None
-    mean = np.mean([np.interp(grid, xs, ys) for xs, ys in curves], axis=0)
-    target = float(np.mean([r.final for r in slow]))
+    end = min(xs[-1] for xs, _ in curves)
+    knots = np.unique(np.concatenate([xs[xs <= end] for xs, _ in curves]))
+    # success rates are multiples of 1/episodes: rounding drops the float noise of the mean, so a curve that
+    # ends exactly on the target is seen to reach it
+    mean = np.round(np.mean([np.interp(knots, xs, ys) for xs, ys in curves], axis=0), DIFF_DECIMALS)
+    target = float(np.round(np.mean([r.final for r in slow]), DIFF_DECIMALS))
     if target <= float(np.mean([r.success[0] for r in slow if r.success])):
         return {"target": target, "reach": float("nan"), "slow_steps": float("nan"), "ratio": float("nan"),
                 "no_gain": 1.0}
     slow_steps = float(np.mean([r.steps[-1] for r in slow if r.steps]))
     hit = np.flatnonzero(mean >= target)
-    reach = float(grid[hit[0]]) if hit.size else float("nan")
+    if not hit.size:
+        reach = float("nan")
+    elif hit[0] == 0:
+        reach = float(knots[0])
+    else:  # the mean curve is linear between the two knots around the crossing
+        i = hit[0]
+        reach = float(knots[i - 1] + (target - mean[i - 1]) / (mean[i] - mean[i - 1]) * (knots[i] - knots[i - 1]))
     return {"target": target, "reach": reach, "slow_steps": slow_steps, "ratio": reach / slow_steps}
 
 

@@ -77,10 +77,24 @@ def test_paired_efficiency_per_seed_and_on_the_mean_curves():
     rows = paired_efficiency(gigpo, grpo)
     assert rows[0]["reach"] == 1000 and rows[0]["ratio"] == 0.5
     assert not rows[1]["gained"] and math.isnan(rows[1]["ratio"])     # grpo seed 1 ended below its start
-    overall = mean_curve_efficiency(gigpo, grpo, points=2001)         # grid step 1
-    # mean gigpo curve: 0.2 + 0.175 * x / 1000 up to 1000; target = mean grpo final = 0.25 -> x = 285.7
-    assert overall["target"] == pytest.approx(0.25) and overall["reach"] == pytest.approx(286, abs=1)
-    assert overall["ratio"] == pytest.approx(286 / 2000, abs=1e-3)
+    overall = mean_curve_efficiency(gigpo, grpo)
+    # mean gigpo curve: 0.2 + 0.175 * x / 1000 up to 1000; target = mean grpo final = 0.25 -> x = 2000 / 7
+    assert overall["target"] == pytest.approx(0.25) and overall["reach"] == pytest.approx(2000 / 7, rel=1e-9)
+    assert overall["ratio"] == pytest.approx(1 / 7, rel=1e-9)
+
+
+def test_a_mean_curve_that_touches_the_target_at_one_evaluation_reaches_it_there():
+    # issue 25's short task, seed 0: GiGPO hit GRPO's final 61.0% at iteration 50, dipped to 60.3%, came back;
+    # a 400-point grid fell between the evaluations and put the reach at iteration 70's step count
+    steps = [0, 2043, 4021, 6150, 8262, 10457, 12430, 14302, 15965]
+    gigpo = [run(0, steps, [117 / 300, 0.413, 0.403, 0.39, 0.42, 183 / 300, 181 / 300, 183 / 300, 183 / 300])]
+    grpo = [run(0, [0, 15841], [117 / 300, 183 / 300])]
+    assert paired_efficiency(gigpo, grpo)[0]["reach"] == 10457
+    assert mean_curve_efficiency(gigpo, grpo)["reach"] == 10457
+    # two seeds that reach the mean target together at one shared evaluation, means taken in float
+    gigpo2 = [run(0, [0, 1000, 2000], [0.1, 0.7, 0.6]), run(1, [0, 1000, 2000], [0.1, 0.2, 0.3])]
+    grpo2 = [run(0, [0, 3000], [0.1, 0.7]), run(1, [0, 3000], [0.1, 0.2])]
+    assert mean_curve_efficiency(gigpo2, grpo2)["reach"] == 1000
 
 
 def test_phase_means_split_training_into_equal_stretches():
