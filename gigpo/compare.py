@@ -292,7 +292,7 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> str:
         # precision loss, yet Welch's t is exact from the other side's spread
         warnings.filterwarnings("ignore", message="Precision loss occurred in moment calculation")
         res = stats.ttest_ind(a, b, equal_var=False)
-    return f"Welch t = {res.statistic:.2f}, p = {res.pvalue:.3f} (n = {len(a)} vs {len(b)} seeds)"
+    return f"Welch t = {res.statistic:.2f}, p = {format_p(res.pvalue)} (n = {len(a)} vs {len(b)} seeds)"
 
 
 def efficiency_ratio(runs: dict[str, list[RunResult]], fast: str = "gigpo", slow: str = "grpo") -> Optional[str]:
@@ -320,8 +320,12 @@ def _pct(x: float, digits: int = 1, signed: bool = False) -> str:
     return f"{x * 100:{'+' if signed else ''}.{digits}f}"
 
 
-def _p(x: Optional[float]) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{x:.3f}"
+def format_p(x: Optional[float]) -> str:
+    """A p-value to three decimals, or in scientific notation below 0.001: rooms paired over hundreds of
+    held-out seeds give McNemar p-values like 3e-20, which three decimals would print as 0.000."""
+    if x is None or math.isnan(x):
+        return "n/a"
+    return f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
 
 
 def paired_efficiency(fast: Sequence[RunResult], slow: Sequence[RunResult]) -> list[dict[str, Any]]:
@@ -392,8 +396,8 @@ def paired_section(runs: dict[str, list[RunResult]], pair: tuple[str, str]) -> l
         diffs = ", ".join(f"s{seed}: {_pct(d, signed=True)}" for seed, d in zip(st.seeds, st.diffs)) or "none"
         ci = f"[{_pct(st.ci_low, signed=True)}, {_pct(st.ci_high, signed=True)}]"
         t_cell = "n/a" if math.isnan(st.t) else f"{st.t:.2f}"
-        lines.append(f"| {name} | {diffs} | {_pct(st.mean, signed=True)} | {ci} | {t_cell} | {_p(st.p_t)} "
-                     f"| {_p(st.p_wilcoxon)} |")
+        lines.append(f"| {name} | {diffs} | {_pct(st.mean, signed=True)} | {ci} | {t_cell} | {format_p(st.p_t)} "
+                     f"| {format_p(st.p_wilcoxon)} |")
     lines += ["", f"### Env steps for {a} to reach {b}'s final success (target: {EFFICIENCY_TARGET}x or less)", "",
               f"| seed | {b} final | {b} env steps | {a} env steps to reach it | ratio |", "|---|---|---|---|---|"]
     per_seed = paired_efficiency(runs[a], runs[b])
@@ -448,7 +452,7 @@ def rooms_section(out: Path, pair: tuple[str, str], seeds: Sequence[int]) -> lis
             continue
         ag = room_agreement(ra.won, rb.won)
         lines.append(f"| {seed} | {ra.iteration} | {ag.rooms} | {ag.both} | {ag.only_a} | {ag.only_b} | {ag.neither} "
-                     f"| {_p(ag.p_mcnemar)} |")
+                     f"| {format_p(ag.p_mcnemar)} |")
     lines += ["", "Each run's last evaluation against its own first (its start, the same rooms): a run that learns keeps "
               "the rooms it started with and gains others; one that drifts gains and loses alike.", "",
               "| algorithm | seed | iterations | won at both | gained | lost | p (McNemar) |", "|---|---|---|---|---|---|---|"]
@@ -461,7 +465,7 @@ def rooms_section(out: Path, pair: tuple[str, str], seeds: Sequence[int]) -> lis
                 continue
             ag = room_agreement(end.won, start.won)
             lines.append(f"| {algo} | {seed} | {start.iteration}-{end.iteration} | {ag.both} | {ag.only_a} | {ag.only_b} "
-                         f"| {_p(ag.p_mcnemar)} |")
+                         f"| {format_p(ag.p_mcnemar)} |")
     return lines + [""]
 
 

@@ -13,6 +13,8 @@ import numpy as np
 from support.run import SMALL, gigpo
 from scipy import stats
 
+from gigpo.compare import format_p
+
 
 def evals(run_dir: Path) -> list[float]:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -98,7 +100,7 @@ def test_shared_warmup_paired_report_matches_a_hand_computation(tmp_path: Path, 
         only_g, only_r = sum(g[k] and not r[k] for k in g), sum(r[k] and not g[k] for k in g)
         both = sum(g[k] and r[k] for k in g)
         p = stats.binomtest(only_g, only_g + only_r).pvalue if only_g + only_r else 1.0
-        assert f"| {s} | 2 | 12 | {both} | {only_g} | {only_r} | {12 - both - only_g - only_r} | {p:.3f} |" in report
+        assert f"| {s} | 2 | 12 | {both} | {only_g} | {only_r} | {12 - both - only_g - only_r} | {format_p(p)} |" in report
         # each run against its own start: the first record is iteration 0's, the shared warm-up's
         for algo in ("gigpo", "grpo"):
             first = sorted((out / f"{algo}-s{s}" / "records").glob("*-eval.jsonl.gz"))[0]
@@ -108,6 +110,6 @@ def test_shared_warmup_paired_report_matches_a_hand_computation(tmp_path: Path, 
             gained, lost = sum(end[k] and not start[k] for k in end), sum(start[k] and not end[k] for k in end)
             kept = sum(end[k] and start[k] for k in end)
             p = stats.binomtest(gained, gained + lost).pvalue if gained + lost else 1.0
-            assert f"| {algo} | {s} | 0-2 | {kept} | {gained} | {lost} | {p:.3f} |" in report
+            assert f"| {algo} | {s} | 0-2 | {kept} | {gained} | {lost} | {format_p(p)} |" in report
     assert (out / "curves.png").stat().st_size > 0 and (out / "step_groups_gigpo.png").stat().st_size > 0
     print(f"final-success differences: {final}")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gigpo.compare import RunResult, mean_curve_efficiency, paired_efficiency, phase_means, welch_test
+from gigpo.compare import RunResult, format_p, mean_curve_efficiency, paired_efficiency, phase_means, welch_test
 from gigpo.config import load_config
 from gigpo.paired import mean_band, paired_stats, t_interval
 from gigpo.seeds import train_seeds
@@ -58,6 +58,16 @@ def test_welch_test_is_quiet_and_exact_when_one_side_has_no_spread():
         warnings.simplefilter("error")
         text = welch_test(a, b)
     assert text == f"Welch t = {t:.2f}, p = {p:.3f} (n = 2 vs 2 seeds)"
+
+
+def test_p_values_below_a_thousandth_are_printed_with_their_size_not_as_zero():
+    # issue 25's short task: both seed-0 runs kept every warm-up room and gained 66, lost none
+    p = stats.binomtest(66, 66).pvalue
+    assert p < 1e-19 and format_p(p) != "0.000"
+    assert float(format_p(p)) == pytest.approx(p, rel=0.05)
+    assert format_p(0.0456) == "0.046" and format_p(0.001) == "0.001" and format_p(1.0) == "1.000"
+    assert float(format_p(0.000987)) == pytest.approx(0.000987, rel=0.05)
+    assert format_p(None) == "n/a" and format_p(float("nan")) == "n/a"
 
 
 def test_mean_band_interpolates_each_curve_then_takes_the_t_interval():
