@@ -329,10 +329,12 @@ def format_p(x: Optional[float]) -> str:
 
 
 def paired_efficiency(fast: Sequence[RunResult], slow: Sequence[RunResult]) -> list[dict[str, Any]]:
-    """Per seed: env steps `fast` needed to reach `slow`'s final success of the same seed, and the ratio.
+    """Per seed: env steps `fast` needed to reach `slow`'s final success of the same seed, and the ratio to
+    `slow`'s whole run ("ratio") and to `slow`'s own first reach of that level ("ratio_own").
 
-    A seed whose `slow` run ended at or below its start has no gain to compare costs for (ratio nan);
-    a `fast` run that never reached the target has reach nan.
+    The two differ where `slow` plateaued before its end: at a ceiling both may reach the final level at the
+    same evaluation, and only "ratio_own" says so. A seed whose `slow` run ended at or below its start has no
+    gain to compare costs for (ratios nan); a `fast` run that never reached the target has reach nan.
     """
     by_seed = {r.seed: r for r in slow}
     rows = []
@@ -342,8 +344,10 @@ def paired_efficiency(fast: Sequence[RunResult], slow: Sequence[RunResult]) -> l
             continue
         gained = b.final > b.success[0]
         reach = steps_to_reach(f, b.final) if gained else float("nan")
+        own = steps_to_reach(b, b.final) if gained else float("nan")
         rows.append({"seed": f.seed, "target": b.final, "slow_steps": b.steps[-1], "gained": gained,
-                     "reach": reach, "ratio": reach / b.steps[-1] if gained and b.steps[-1] else float("nan")})
+                     "reach": reach, "ratio": reach / b.steps[-1] if gained and b.steps[-1] else float("nan"),
+                     "slow_reach": own, "ratio_own": reach / own if gained and own else float("nan")})
     return rows
 
 
@@ -399,21 +403,29 @@ def paired_section(runs: dict[str, list[RunResult]], pair: tuple[str, str]) -> l
         lines.append(f"| {name} | {diffs} | {_pct(st.mean, signed=True)} | {ci} | {t_cell} | {format_p(st.p_t)} "
                      f"| {format_p(st.p_wilcoxon)} |")
     lines += ["", f"### Env steps for {a} to reach {b}'s final success (target: {EFFICIENCY_TARGET}x or less)", "",
-              f"| seed | {b} final | {b} env steps | {a} env steps to reach it | ratio |", "|---|---|---|---|---|"]
+              f"| seed | {b} final | {b} env steps | {a} env steps to reach it | ratio | {b}'s own first reach of it "
+              "| ratio to that |", "|---|---|---|---|---|---|---|"]
     per_seed = paired_efficiency(runs[a], runs[b])
     for row in per_seed:
         if not row["gained"]:
-            reach, ratio = f"n/a ({b} ended at or below its start)", "n/a"
-        elif math.isnan(row["reach"]):
-            reach, ratio = "not reached", "n/a"
+            reach, ratio, own, ratio_own = f"n/a ({b} ended at or below its start)", "n/a", "n/a", "n/a"
         else:
-            reach, ratio = f"{row['reach']:,.0f}", f"{row['ratio']:.2f}x"
-        lines.append(f"| {row['seed']} | {_pct(row['target'])} | {row['slow_steps']:,.0f} | {reach} | {ratio} |")
+            own = f"{row['slow_reach']:,.0f}"
+            if math.isnan(row["reach"]):
+                reach, ratio, ratio_own = "not reached", "n/a", "n/a"
+            else:
+                reach, ratio, ratio_own = f"{row['reach']:,.0f}", f"{row['ratio']:.2f}x", f"{row['ratio_own']:.2f}x"
+        lines.append(f"| {row['seed']} | {_pct(row['target'])} | {row['slow_steps']:,.0f} | {reach} | {ratio} "
+                     f"| {own} | {ratio_own} |")
     ratios = [row["ratio"] for row in per_seed if not math.isnan(row["ratio"])]
     met = sum(x <= EFFICIENCY_TARGET for x in ratios)
     lines += ["", f"- Per seed: {len(ratios)}/{len(per_seed)} seeds have a ratio"
               + (f", median {np.median(ratios):.2f}x; {met} of them at or below {EFFICIENCY_TARGET}x" if ratios else "")
               + "."]
+    own_ratios = [row["ratio_own"] for row in per_seed if not math.isnan(row["ratio_own"])]
+    if own_ratios:
+        lines.append(f"- Against {b}'s own first reach of its final success (where {b} plateaued before its end, "
+                     f"the fairer cost): median {np.median(own_ratios):.2f}x over {len(own_ratios)} seeds.")
     overall = mean_curve_efficiency(runs[a], runs[b])
     if overall is not None:
         if overall.get("no_gain"):

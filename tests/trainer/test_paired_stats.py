@@ -86,7 +86,8 @@ def test_paired_efficiency_per_seed_and_on_the_mean_curves():
     gigpo = [run(0, [0, 1000, 2000], [0.2, 0.45, 0.5]), run(1, [0, 1000, 2000], [0.2, 0.3, 0.3])]
     rows = paired_efficiency(gigpo, grpo)
     assert rows[0]["reach"] == 1000 and rows[0]["ratio"] == 0.5
-    assert not rows[1]["gained"] and math.isnan(rows[1]["ratio"])     # grpo seed 1 ended below its start
+    assert rows[0]["slow_reach"] == 2000 and rows[0]["ratio_own"] == 0.5        # grpo rose to its very end
+    assert not rows[1]["gained"] and math.isnan(rows[1]["ratio"]) and math.isnan(rows[1]["ratio_own"])
     overall = mean_curve_efficiency(gigpo, grpo)
     # mean gigpo curve: 0.2 + 0.175 * x / 1000 up to 1000; target = mean grpo final = 0.25 -> x = 2000 / 7
     assert overall["target"] == pytest.approx(0.25) and overall["reach"] == pytest.approx(2000 / 7, rel=1e-9)
@@ -100,6 +101,10 @@ def test_a_mean_curve_that_touches_the_target_at_one_evaluation_reaches_it_there
     gigpo = [run(0, steps, [117 / 300, 0.413, 0.403, 0.39, 0.42, 183 / 300, 181 / 300, 183 / 300, 183 / 300])]
     grpo = [run(0, [0, 15841], [117 / 300, 183 / 300])]
     assert paired_efficiency(gigpo, grpo)[0]["reach"] == 10457
+    # grpo reached its final 61.0% at iteration 50 too: against that first reach, not its whole run, no saving
+    plateau = [run(0, steps[:6] + [15841], [117 / 300, 0.52, 0.417, 0.393, 0.49, 183 / 300, 183 / 300])]
+    row = paired_efficiency(gigpo, plateau)[0]
+    assert row["ratio"] == pytest.approx(10457 / 15841) and row["slow_reach"] == 10457 and row["ratio_own"] == 1.0
     assert mean_curve_efficiency(gigpo, grpo)["reach"] == 10457
     # two seeds that reach the mean target together at one shared evaluation, means taken in float
     gigpo2 = [run(0, [0, 1000, 2000], [0.1, 0.7, 0.6]), run(1, [0, 1000, 2000], [0.1, 0.2, 0.3])]
