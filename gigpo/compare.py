@@ -296,7 +296,8 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> str:
 
 
 def efficiency_ratio(runs: dict[str, list[RunResult]], fast: str = "gigpo", slow: str = "grpo") -> Optional[str]:
-    """Env steps `fast` needed to reach `slow`'s final mean success, as a share of `slow`'s steps."""
+    """Env steps `fast` needed to reach `slow`'s final mean success, as a share of `slow`'s whole run and of
+    the steps `slow`'s own seeds needed to first reach it (the fair cost where `slow` plateaued early)."""
     if fast not in runs or slow not in runs:
         return None
     target = float(np.mean([r.final for r in runs[slow]]))
@@ -310,8 +311,15 @@ def efficiency_ratio(runs: dict[str, list[RunResult]], fast: str = "gigpo", slow
         return (f"{fast} did not reach {slow}'s final success ({target:.1%}) in every seed "
                 f"({sum(not math.isnan(x) for x in reach)}/{len(reach)} did)")
     ratio = float(np.mean(reach)) / slow_steps
-    return (f"{fast} reached {slow}'s final mean success ({target:.1%}) after {np.mean(reach):,.0f} env steps "
+    text = (f"{fast} reached {slow}'s final mean success ({target:.1%}) after {np.mean(reach):,.0f} env steps "
             f"on average: {ratio:.2f}x of {slow}'s {slow_steps:,.0f}")
+    # a baseline that plateaued spent the rest of its run at the target: its whole run overstates its cost
+    own = [steps_to_reach(r, target) for r in runs[slow]]
+    if any(math.isnan(x) for x in own):
+        return text + (f"; {slow} itself reached it in {sum(not math.isnan(x) for x in own)}/{len(own)} seeds, so "
+                       "there is no ratio to its own first reach")
+    return text + (f", and {float(np.mean(reach)) / float(np.mean(own)):.2f}x of the {np.mean(own):,.0f} {slow} "
+                   "needed to first reach it")
 
 
 def _pct(x: float, digits: int = 1, signed: bool = False) -> str:
@@ -436,9 +444,12 @@ def paired_section(runs: dict[str, list[RunResult]], pair: tuple[str, str]) -> l
                          f"({_pct(overall['target'])}%).")
         else:
             verdict = "met" if overall["ratio"] <= EFFICIENCY_TARGET else "not met"
+            own = mean_curve_efficiency(runs[b], runs[b])  # where b's own mean curve first reached its mean final
+            own_text = (f"; {overall['reach'] / own['reach']:.2f}x the {own['reach']:,.0f} at which {b}'s own mean "
+                        "curve first reached it" if own and not math.isnan(own["reach"]) and own["reach"] > 0 else "")
             lines.append(f"- Mean curves: {a}'s mean curve reached {b}'s mean final success ({_pct(overall['target'])}%) "
                          f"at {overall['reach']:,.0f} env steps, {overall['ratio']:.2f}x {b}'s {overall['slow_steps']:,.0f} "
-                         f"(target {EFFICIENCY_TARGET}x: {verdict}).")
+                         f"(target {EFFICIENCY_TARGET}x: {verdict}){own_text}.")
     ratio = efficiency_ratio(runs, a, b)
     if ratio:
         lines.append(f"- Mean over seeds of the steps to reach {b}'s mean final success: {ratio}")

@@ -23,6 +23,20 @@ def test_efficiency_ratio_is_gigpo_steps_to_grpo_final_over_grpo_steps():
                       run("gigpo", 1, [0, 1000, 2000, 4000], [0.2, 0.45, 0.5, 0.5])]}
     text = efficiency_ratio(runs)
     assert "after 1,500 env steps" in text and "0.38x of grpo's 4,000" in text  # (2000 + 1000) / 2 / 4000
+    assert "0.38x of the 4,000 grpo needed to first reach it" in text           # grpo rose to its very end
+
+
+def test_efficiency_ratio_against_a_baseline_that_plateaued_is_its_own_first_reach():
+    """GRPO at a ceiling from its second evaluation on: GiGPO reaching it at the third costs half of GRPO's
+    whole run but twice what GRPO itself needed; a GRPO seed that never reached the mean final gives no ratio."""
+    plateau = [0.2, 0.5, 0.5, 0.5, 0.5]
+    runs = {"grpo": [run("grpo", s, [0, 1000, 2000, 3000, 4000], plateau) for s in (0, 1)],
+            "gigpo": [run("gigpo", s, [0, 1000, 2000, 3000, 4000], [0.2, 0.3, 0.5, 0.5, 0.5]) for s in (0, 1)]}
+    text = efficiency_ratio(runs)
+    assert "0.50x of grpo's 4,000" in text and "2.00x of the 1,000 grpo needed to first reach it" in text
+    runs["grpo"][1] = run("grpo", 1, [0, 1000, 2000, 3000, 4000], [0.2, 0.3, 0.3, 0.3, 0.3])  # mean final 0.4
+    text = efficiency_ratio(runs)
+    assert "grpo itself reached it in 1/2 seeds" in text and "first reach it" not in text
 
 
 def test_no_ratio_when_the_baseline_did_not_improve_on_its_start():

@@ -112,6 +112,22 @@ def test_a_mean_curve_that_touches_the_target_at_one_evaluation_reaches_it_there
     assert mean_curve_efficiency(gigpo2, grpo2)["reach"] == 1000
 
 
+def test_the_report_gives_the_mean_cost_against_the_plateaued_baselines_own_first_reach_too():
+    """Issue 25's short task: GRPO reached its 61.0% ceiling at iteration 50 and stayed there. The report's
+    mean-curve and mean-over-seeds lines read about 0.65x of GRPO's whole run; each must also say that
+    against GRPO's own first reach GiGPO saved nothing (1.00x)."""
+    from gigpo.compare import paired_section
+
+    steps = [0, 2043, 4021, 6150, 8262, 10457, 12430, 14302, 15965]
+    gigpo = [run(0, steps, [117 / 300, 0.413, 0.403, 0.39, 0.42, 183 / 300, 181 / 300, 183 / 300, 183 / 300])]
+    grpo = [run(0, steps, [117 / 300, 0.52, 0.417, 0.393, 0.49, 183 / 300, 183 / 300, 183 / 300, 183 / 300])]
+    text = "\n".join(paired_section({"gigpo": gigpo, "grpo": grpo}, ("gigpo", "grpo")))
+    mean_curves = next(line for line in text.splitlines() if line.startswith("- Mean curves"))
+    assert "0.65x grpo's 15,965" in mean_curves and "1.00x the 10,457 at which grpo's own mean curve" in mean_curves
+    mean_seeds = next(line for line in text.splitlines() if line.startswith("- Mean over seeds"))
+    assert "0.65x of grpo's 15,965" in mean_seeds and "1.00x of the 10,457 grpo needed to first reach it" in mean_seeds
+
+
 def test_phase_means_split_training_into_equal_stretches():
     records = [{"iteration": i, "revisit/multi_row_share": float(i)} for i in range(1, 9)] + [{"iteration": 9}]
     assert phase_means(records, "revisit/multi_row_share") == [1.5, 3.5, 5.5, 7.5]
