@@ -67,6 +67,8 @@ class ModelConfig(Section):
     corpus: Optional[str] = None
     """Text file to train the local tokenizer on (with `init`); default: built-in environment texts."""
     dtype: Literal["bf16", "fp32"] = "bf16"
+    """Weights and compute. A CPU without AVX-512 emulates bf16 (about 100x slower than fp32; `gigpo train`
+    warns): use fp32 there."""
     gradient_checkpointing: bool = False
     seed: int = 0
     """Seed for the weights of a locally built model."""

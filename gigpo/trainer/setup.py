@@ -130,8 +130,10 @@ class Run:
 
 def set_up(config: Config, resume: bool = False) -> Run:
     """Model, warm-up, engines, generator and logs; restores the latest checkpoint when `resume`."""
+    import torch
     from transformers import AutoTokenizer
 
+    from gigpo.dtypes import cpu_has_fast_bf16, slow_bf16_warning
     from gigpo.models.resolve import resolve_model_path
     from gigpo.trainer.batching import check_token_budget
     from gigpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
@@ -147,6 +149,8 @@ def set_up(config: Config, resume: bool = False) -> Run:
     check_token_budget(config.rollout.max_prompt_tokens, config.rollout.max_new_tokens, t.micro_token_budget)
     rank = init_distributed()
     main = rank.is_main
+    if main and (warning := slow_bf16_warning(config.model.dtype, torch.cuda.is_available(), cpu_has_fast_bf16())):
+        print(f"gigpo: warning: {warning}", flush=True)
     run_dir = Path(t.run_dir)
     random.seed(t.seed)
     np.random.seed(t.seed)

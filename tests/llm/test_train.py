@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from gigpo.config import load_config
+from gigpo.dtypes import cpu_has_fast_bf16
 from gigpo.envs.pool import EnvPool
 from gigpo.rollout.verify import default_tolerance
 from gigpo.trainer.setup import build_prompt_fn
@@ -17,7 +18,11 @@ from support.run import REPO, gigpo
 from .conftest import NAME
 
 SMOLLM_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM"
-RUN = [f"model.path={NAME}", "model.dtype=bf16", "env.prompt_template=null", "env.history_length=1",
+DTYPE = "bf16" if cpu_has_fast_bf16() else "fp32"
+"""The recipes' bf16 where this CPU computes it natively; on an AVX2-only CPU torch emulates bf16 and this one
+iteration took 230 s instead of 60, so there the real model's path (tokenizer, template, vocabulary, vLLM sync)
+is checked in fp32 (bf16's numerics stay covered with the tiny model and on AVX-512 machines)."""
+RUN = [f"model.path={NAME}", f"model.dtype={DTYPE}", "env.prompt_template=null", "env.history_length=1",
        "env.num_groups=1", "env.group_size=2", "env.max_steps=2", "env.eval_episodes=1", "env.workers=1",
        "rollout.backend=vllm", "rollout.verify_sync=true", "rollout.enforce_eager=true", "rollout.max_new_tokens=16",
        "rollout.max_prompt_tokens=512", "rollout.max_num_seqs=8", "trainer.sft_steps=0", "trainer.iterations=1",
@@ -55,7 +60,7 @@ def test_one_iteration_through_vllm_with_verified_sync(trained_run):
     assert it["iteration"] == 1 and it["rollout/episodes"] == 2
     assert it.get("rollout/cut_prompts", 0) == 0  # the whole agent prompt reached the model
     assert it["time/sync"] > 0 and all(k in it for k in ("loss/policy", "actor/grad_norm", "eval/success"))
-    assert 0 < it["rollout/sync_gap_max"] <= default_tolerance("bf16")[0]  # verified, bf16 kernels differ a little
+    assert 0 < it["rollout/sync_gap_max"] <= default_tolerance(DTYPE)[0]  # verified: two engines' kernels differ a little
     assert it["perf/peak_rss_gb/update"] > 0.5 and it["perf/peak_rss_gb/logprobs"] > 0.5
     assert (trained_run / "checkpoints" / "1" / "hf" / "config.json").is_file()
 

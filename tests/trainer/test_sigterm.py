@@ -3,7 +3,8 @@
 Under the default action a killed `gigpo train` left vLLM's engine-core process running (it ignores SIGTERM
 itself), 0.7 GB each, found after two interrupted runs on this machine. Here: the comparison gets SIGTERM
 during its run's training, passes it on, and exits 143 saying how to continue; no process of the run is
-left (engine core, env workers); rerunning the command resumes the run from its checkpoint and finishes.
+left (env workers here; ranks and vLLM's engine core in the two-rank test); rerunning the command resumes
+the run from its checkpoint and finishes.
 
 Each test starts its commands in a working directory of its own and looks for leftovers by that directory:
 children inherit it and orphans keep it, where the environment marker used before was blind to vLLM's engine
@@ -41,9 +42,11 @@ def engine_cores(processes: dict[int, str]) -> list[int]:
 
 
 def compare(out: Path, cwd: Path, tiny_model_dir: Path) -> subprocess.Popen:
+    # transformers generates: vLLM's engine core outliving a stopped run is the two-rank test's check below,
+    # and two more engine start-ups here cost about 30 s of CI for it
     cmd = [sys.executable, "-m", "gigpo.cli", "compare", RECIPE, *SMALL, "--algos", "gigpo",
-           "--seeds", "1", "--out", str(out), f"model.path={tiny_model_dir}", "rollout.backend=vllm",
-           "rollout.enforce_eager=true", "trainer.iterations=6", "trainer.save_every=1", "trainer.eval_every=100"]
+           "--seeds", "1", "--out", str(out), f"model.path={tiny_model_dir}",
+           "trainer.iterations=8", "trainer.save_every=1", "trainer.eval_every=100"]
     return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
 
 
@@ -60,7 +63,8 @@ def test_sigterm_stops_compare_and_its_run_without_orphans_and_the_rerun_resumes
                 pytest.fail(f"compare exited before iteration 1:\n{proc.stdout.read()[-3000:]}")
             assert time.monotonic() < deadline, "no iteration in 300 s"
             time.sleep(0.1)
-        assert engine_cores(processes_in(cwd)), processes_in(cwd)  # the check below can see what it looks for
+        # compare, its `gigpo train`, the train's env worker: the check below can see what it looks for
+        assert len(processes_in(cwd)) >= 3, processes_in(cwd)
         proc.send_signal(signal.SIGTERM)
         said, _ = proc.communicate(timeout=180)
     finally:
@@ -76,14 +80,14 @@ def test_sigterm_stops_compare_and_its_run_without_orphans_and_the_rerun_resumes
         time.sleep(0.5)
     assert processes_in(cwd) == {}
     stopped_at = max(r["iteration"] for r in metrics_so_far(run_dir))
-    assert stopped_at < 6 and not (run_dir / "done.json").exists()
+    assert stopped_at < 8 and not (run_dir / "done.json").exists()
 
     rerun = compare(out, cwd, tiny_model_dir)
     said, _ = rerun.communicate(timeout=400)
     assert rerun.returncode == 0, said[-3000:]
-    assert json.loads((run_dir / "done.json").read_text())["iterations"] == 6
+    assert json.loads((run_dir / "done.json").read_text())["iterations"] == 8
     iterations = [r["iteration"] for r in metrics_so_far(run_dir)]
-    assert iterations[-1] == 6 and iterations.count(1) == 1, iterations  # resumed, not restarted from iteration 1
+    assert iterations[-1] == 8 and iterations.count(1) == 1, iterations  # resumed, not restarted from iteration 1
 
 
 def test_sigterm_to_a_two_rank_train_stops_every_rank_and_its_engine(tmp_path: Path, tiny_model_dir: Path) -> None:
