@@ -1,4 +1,5 @@
-"""SIGTERM as an exception, so a `kill` or a scheduler's preemption unwinds like Ctrl-C.
+"""SIGTERM and Ctrl-C (SIGINT) as one exception, so a `kill`, a scheduler's preemption and a user at the
+terminal all unwind the same way and end with a one-line message, not a traceback.
 
 Under the default action the process dies on the spot: no `finally` runs, and vLLM's engine-core child
 (which ignores SIGTERM itself) and the env workers outlive it, holding memory and cores. Raised instead,
@@ -18,15 +19,25 @@ from typing import Optional
 
 import psutil
 
-EXIT_CODE = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+EXIT_CODE = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM (130 for SIGINT)
 
 _stopping = False
 """Set by the first SIGTERM: the process is unwinding, and later signals must not cut its cleanup short."""
 
 
 class StopRequested(BaseException):
-    """Raised in the main thread on SIGTERM. A BaseException, like KeyboardInterrupt, so the handlers that
-    turn an env's or a server's `Exception` into a logged outcome do not swallow it."""
+    """Raised in the main thread on SIGTERM or SIGINT. A BaseException, like KeyboardInterrupt, so the handlers
+    that turn an env's or a server's `Exception` into a logged outcome do not swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        """What a shell reports for a process that this signal ended: 143 for SIGTERM, 130 for SIGINT."""
+        return 128 + self.signum
 
 
 def _raise_stop(signum: int, frame: Optional[FrameType]) -> None:
@@ -34,12 +45,14 @@ def _raise_stop(signum: int, frame: Optional[FrameType]) -> None:
     if _stopping:  # a repeat (DeepSpeed's launcher passing on the group's signal, a second `kill`): the
         return     # first one's unwinding is already closing engines and workers; SIGKILL still ends it
     _stopping = True
-    raise StopRequested(signal.Signals(signum).name)
+    raise StopRequested(signum)
 
 
-def stop_on_sigterm() -> None:
-    """From here on, the first SIGTERM raises StopRequested in the main thread (call it from the main thread)."""
-    signal.signal(signal.SIGTERM, _raise_stop)
+def stop_on_signals() -> None:
+    """From here on, the first SIGTERM or SIGINT raises StopRequested in the main thread (call it from the main
+    thread). Later ones are ignored while that one unwinds, a second Ctrl-C included; SIGKILL still ends it."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _raise_stop)
 
 
 def group_members(pgid: int) -> list[int]:

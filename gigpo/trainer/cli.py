@@ -15,10 +15,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from gigpo.trainer.nonfinite import NonFiniteError
 
     from gigpo.plan import PlanError, check_fits
-    from gigpo.stopping import EXIT_CODE, StopRequested, stop_on_sigterm
+    from gigpo.stopping import StopRequested, stop_on_signals
 
     config = load_config(args.recipe, args.overrides)
-    stop_on_sigterm()
+    stop_on_signals()
     try:
         if "WORLD_SIZE" not in os.environ:  # once, in the process the user started, before any model loads
             check_fits(config)
@@ -36,7 +36,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except StopRequested as exc:  # the loop's `finally` has closed the generator and env workers by now
         print(f"gigpo: training stopped by {exc}; completed checkpoints in {config.trainer.run_dir}/checkpoints "
               "are kept: rerun with --resume to continue", file=sys.stderr, flush=True)
-        return EXIT_CODE
+        return exc.exit_code
     except RuntimeError as exc:  # a collective whose peer is gone: say which, and how to go on
         from gigpo.trainer.distributed import lost_rank_message
 
@@ -59,7 +59,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from gigpo.compare import run_all, write_report
     from gigpo.config import load_config
-    from gigpo.stopping import EXIT_CODE, StopRequested, stop_on_sigterm
+    from gigpo.stopping import StopRequested, stop_on_signals
 
     from gigpo.compare import parse_variant
 
@@ -88,14 +88,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     out = Path(args.out or f"runs/compare-{Path(args.recipe).stem}")
     out.mkdir(parents=True, exist_ok=True)
     command = "gigpo compare " + shlex.join(sys.argv[2:]) if sys.argv[1:2] == ["compare"] else "gigpo compare"
-    stop_on_sigterm()
+    stop_on_signals()
     try:
         run_all(args.recipe, out, algos, seeds, args.budget, args.overrides, parallel=args.parallel,
                 warmup_seed=warmup_seed, warm_up=config.trainer.sft_steps > 0, variants=variants)
     except StopRequested as exc:  # run_all has stopped its runs by now
         print(f"gigpo: compare stopped by {exc}; finished runs are kept and interrupted ones resume from their "
               "last checkpoint: rerun the same command to continue", file=sys.stderr, flush=True)
-        return EXIT_CODE
+        return exc.exit_code
     report = write_report(out, args.recipe, algos, seeds, command, pair=pair, name=args.report_name)
     print(f"compare: report written to {report}")
     return 0
