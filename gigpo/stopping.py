@@ -23,7 +23,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 EXIT_CODE = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM (130 for SIGINT)
 
 _stopping = False
-"""Set by the first SIGTERM: the process is unwinding, and later signals must not cut its cleanup short."""
+"""Set by the first SIGTERM or SIGINT: the process is unwinding, and later signals must not cut its cleanup short."""
 
 
 class StopRequested(BaseException):
@@ -33,6 +33,10 @@ class StopRequested(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+    def __reduce__(self):
+        """Pickles by its signal number (the default would rebuild it from its message, 'SIGTERM', and fail)."""
+        return (StopRequested, (self.signum,))
 
     @property
     def exit_code(self) -> int:

@@ -157,3 +157,13 @@ def test_a_second_signal_does_not_cut_short_the_cleanup_the_first_started() -> N
         "        print('cleanup cut short')\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "cleanup finished", done.stdout + done.stderr
+
+
+def test_a_stop_survives_pickling_with_its_signal():
+    """A stop that crosses a process boundary (a pool's result, a queue) keeps its signal and exit code."""
+    import pickle
+
+    for signum, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+        back = pickle.loads(pickle.dumps(StopRequested(signum)))
+        assert isinstance(back, StopRequested) and back.signum == signum and back.exit_code == code
+        assert str(back) == signal.Signals(signum).name
