@@ -27,12 +27,3 @@ def cpu_has_fast_bf16() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):  # a torch without this probe: cannot tell, so do not warn
         return True
-
-
-def slow_bf16_warning(dtype: str, on_cuda: bool, fast_bf16: bool) -> str | None:
-    """The warning for a bf16 run on a CPU that emulates bf16 (None where there is nothing to say): such a run
-    works but is about 100x slower than fp32, with no other sign of why."""
-    if on_cuda or fast_bf16 or canonical_dtype(dtype) != "bfloat16":
-        return None
-    return (f"model.dtype={dtype} on a CPU without native bf16 kernels (no AVX-512): torch emulates bf16 here, "
-            "about 100x slower than fp32; set model.dtype=fp32 to train at this CPU's full speed")

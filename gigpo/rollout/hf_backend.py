@@ -5,6 +5,7 @@ from typing import Iterable, Optional
 
 import torch
 
+from gigpo.cpu_bf16 import bf16_matmuls
 from gigpo.dtypes import torch_dtype
 from gigpo.rollout.generator import Generator, check_prompts, check_version
 from gigpo.rollout.prompt_cache import LayerKV, PromptKVStore
@@ -58,6 +59,7 @@ class HFGenerator(Generator):
         # on the GPU when there is one: this backend generates in the trainer's process (on CPU here)
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(dtype)).to(self.device).eval()
+        self.dtype = dtype
         gen_cfg = self.model.generation_config
         eos = gen_cfg.eos_token_id if gen_cfg.eos_token_id is not None else self.tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
@@ -76,7 +78,8 @@ class HFGenerator(Generator):
         check_prompts(prompts, self.vocab_size)
         prompts_per_call = max(1, self.max_batch_size // settings.n)
         out: list[Completion] = []
-        with torch.random.fork_rng(devices=[self.device.index] if self.device.type == "cuda" else []):
+        with torch.random.fork_rng(devices=[self.device.index] if self.device.type == "cuda" else []), \
+                bf16_matmuls(self.dtype):
             if settings.seed is not None:
                 torch.manual_seed(settings.seed)
             for start in range(0, len(prompts), prompts_per_call):

@@ -17,6 +17,7 @@ from typing import Iterable, Optional
 
 import torch
 
+from gigpo.cpu_bf16 import bf16_matmuls
 from gigpo.rollout.generator import Generator
 from gigpo.rollout.types import Completion, SamplingSettings
 
@@ -41,8 +42,10 @@ def probe_prompt(vocab_size: int, length: int = PROBE_PROMPT_TOKENS, seed: int =
 def trainer_logprobs(model: torch.nn.Module, prompt: list[int], tokens: list[int]) -> torch.Tensor:
     """log p(tokens[t] | prompt, tokens[:t]) under `model` (an HF causal LM or a wrapper of one)."""
     ids = torch.tensor([prompt + tokens])
-    device = next(model.parameters()).device
-    logits = model(input_ids=ids.to(device)).logits[0, len(prompt) - 1:-1].float()  # (T, V)
+    weight = next(model.parameters())
+    with bf16_matmuls("bf16" if weight.dtype == torch.bfloat16 else "fp32"):
+        logits = model(input_ids=ids.to(weight.device)).logits[0, len(prompt) - 1:-1].float()  # (T, V)
+    device = weight.device
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens, device=device)[:, None]).squeeze(-1).cpu()
 
 

@@ -28,6 +28,7 @@ import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
 
+from gigpo.cpu_bf16 import bf16_matmuls  # noqa: E402
 from gigpo.trainer.batching import Layout, MicroBatch, TrainSample, collate, plan_micro_batches, unpad  # noqa: E402
 from gigpo.trainer.losses import aggregate, kl_k3, policy_loss, token_logp_entropy, value_loss  # noqa: E402
 from gigpo.trainer import lora  # noqa: E402
@@ -197,8 +198,9 @@ class _MicroBatchedModel:
 class _PolicyForward(_MicroBatchedModel):
     def _call(self, mb: MicroBatch) -> Tensor:
         """(B * kept, V) raw logits, in the model's dtype, at the kept positions of every row."""
-        out = self._forward(input_ids=mb.input_ids, position_ids=mb.position_ids, attention_mask=mb.attention_mask,
-                            logits_to_keep=mb.logits_to_keep, use_cache=False)
+        with bf16_matmuls(self.settings.dtype):
+            out = self._forward(input_ids=mb.input_ids, position_ids=mb.position_ids,
+                                attention_mask=mb.attention_mask, logits_to_keep=mb.logits_to_keep, use_cache=False)
         return out.logits.reshape(-1, out.logits.shape[-1])
 
     def _forward(self, **kwargs):
@@ -353,7 +355,8 @@ class _TrainedEngine(_MicroBatchedModel):
                 mb = self._collate(subset, indices, dummy)
                 loss, parts = self._micro_loss(mb, denominator)
                 # DeepSpeed averages gradients over ranks; each rank holds a share of the mini-batch sum.
-                self.engine.backward(loss * (0.0 if dummy else float(world)))
+                with bf16_matmuls(s.dtype):
+                    self.engine.backward(loss * (0.0 if dummy else float(world)))
                 micro += 1
                 finite = finite and math.isfinite(loss.item())
                 if not dummy:
@@ -555,8 +558,9 @@ class CriticEngine(_TrainedEngine):
         return "token-mean"
 
     def _call(self, mb: MicroBatch) -> Tensor:
-        out = self.engine(input_ids=mb.input_ids, position_ids=mb.position_ids, attention_mask=mb.attention_mask,
-                          use_cache=False)
+        with bf16_matmuls(self.settings.dtype):
+            out = self.engine(input_ids=mb.input_ids, position_ids=mb.position_ids,
+                              attention_mask=mb.attention_mask, use_cache=False)
         values = out.logits[..., 0].float().reshape(-1)  # (B * W,)
         return values[mb.predict_index]  # (n, Rmax)
 

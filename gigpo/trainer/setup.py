@@ -133,7 +133,8 @@ def set_up(config: Config, resume: bool = False) -> Run:
     import torch
     from transformers import AutoTokenizer
 
-    from gigpo.dtypes import cpu_has_fast_bf16, slow_bf16_warning
+    from gigpo.cpu_bf16 import cpu_bf16_notice
+    from gigpo.dtypes import cpu_has_fast_bf16
     from gigpo.models.resolve import resolve_model_path
     from gigpo.trainer.batching import check_token_budget
     from gigpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
@@ -149,8 +150,9 @@ def set_up(config: Config, resume: bool = False) -> Run:
     check_token_budget(config.rollout.max_prompt_tokens, config.rollout.max_new_tokens, t.micro_token_budget)
     rank = init_distributed()
     main = rank.is_main
-    if main and (warning := slow_bf16_warning(config.model.dtype, torch.cuda.is_available(), cpu_has_fast_bf16())):
-        print(f"gigpo: warning: {warning}", flush=True)
+    if main and (notice := cpu_bf16_notice(config.model.dtype, torch.cuda.is_available(), cpu_has_fast_bf16(),
+                                           config.rollout.backend)):
+        print(f"gigpo: {notice}", flush=True)
     run_dir = Path(t.run_dir)
     random.seed(t.seed)
     np.random.seed(t.seed)

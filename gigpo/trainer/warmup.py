@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from tqdm import tqdm
 
+from gigpo.cpu_bf16 import bf16_matmuls
 from gigpo.trainer.action_tokens import action_token_mask
 
 
@@ -45,7 +46,8 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
 
     Weights and optimizer stay fp32; with `dtype="bf16"` (the recipe's model.dtype) the forward and
     backward run under bf16 autocast, 2.5x less CPU time per step for SmolLM2-135M (5.4 s against 13.7
-    s at one thread, batch 16 x 78 tokens), which decides whether a real model's warm-up fits a budget.
+    s at one thread, batch 16 x 78 tokens), which decides whether a real model's warm-up fits a budget. A CPU
+    without native bf16 runs those bf16 matmuls in fp32 kernels (gigpo.cpu_bf16), else a step takes minutes.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -68,16 +70,18 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
         batch = [pairs[rng.randrange(len(pairs))] for _ in range(batch_size)]
         ids, labels, attention = answer_batch(batch, pad)
         width = ids.shape[1]
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            if weights_of is None:
-                loss = model(input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels.to(device)).loss
-            else:
-                logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits
-                loss = weighted_answer_loss(logits, labels.to(device), weights_of.rows(batch, width).to(device))
-        if not torch.isfinite(loss):
-            raise RuntimeError(f"supervised warm-up loss became {loss.item()}; lower trainer.sft_lr={lr}")
-        optimizer.zero_grad()
-        loss.backward()
+        with bf16_matmuls(dtype):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                if weights_of is None:
+                    loss = model(input_ids=ids.to(device), attention_mask=attention.to(device),
+                                 labels=labels.to(device)).loss
+                else:
+                    logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits
+                    loss = weighted_answer_loss(logits, labels.to(device), weights_of.rows(batch, width).to(device))
+            if not torch.isfinite(loss):
+                raise RuntimeError(f"supervised warm-up loss became {loss.item()}; lower trainer.sft_lr={lr}")
+            optimizer.zero_grad()
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         bar.set_postfix(loss=f"{loss.item():.3f}")

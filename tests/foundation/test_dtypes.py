@@ -1,4 +1,4 @@
-"""Recipe dtype names, and the warning for bf16 on a CPU that emulates it."""
+"""Recipe dtype names, and telling whether this CPU has native bf16 kernels."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,23 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from gigpo.dtypes import canonical_dtype, cpu_has_fast_bf16, slow_bf16_warning, torch_dtype
+from gigpo.dtypes import canonical_dtype, cpu_has_fast_bf16, torch_dtype
 
 
 def test_names_map_to_torch_and_a_bad_one_lists_the_good_ones():
     assert torch_dtype("bf16") is torch.bfloat16 and torch_dtype("float32") is torch.float32
     with pytest.raises(ValueError, match="dtype='fp16' is not supported; use one of bf16, fp32"):
         canonical_dtype("fp16")
-
-
-def test_bf16_warns_only_on_a_cpu_without_native_kernels():
-    warning = slow_bf16_warning("bf16", on_cuda=False, fast_bf16=False)
-    assert "model.dtype=bf16" in warning and "set model.dtype=fp32" in warning
-    assert slow_bf16_warning("bfloat16", on_cuda=False, fast_bf16=False) is not None
-    assert slow_bf16_warning("bf16", on_cuda=False, fast_bf16=True) is None    # AVX-512: native kernels
-    assert slow_bf16_warning("bf16", on_cuda=True, fast_bf16=False) is None    # the GPU computes it
-    assert slow_bf16_warning("fp32", on_cuda=False, fast_bf16=False) is None
-
 
 
 def test_a_cpu_without_avx512_is_told_it_emulates_bf16():

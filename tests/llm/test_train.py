@@ -19,9 +19,10 @@ from .conftest import NAME
 
 SMOLLM_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM"
 DTYPE = "bf16" if cpu_has_fast_bf16() else "fp32"
-"""The recipes' bf16 where this CPU computes it natively; on an AVX2-only CPU torch emulates bf16 and this one
-iteration took 230 s instead of 60, so there the real model's path (tokenizer, template, vocabulary, vLLM sync)
-is checked in fp32 (bf16's numerics stay covered with the tiny model and on AVX-512 machines)."""
+"""The recipes' bf16 where this CPU computes it natively. On an AVX2-only CPU the trainer widens bf16 matmuls
+(gigpo.cpu_bf16) but vLLM's bf16 kernels stay emulated (6.6x slower generation, a 2x slower engine start), so
+there the real model's path (tokenizer, template, vocabulary, vLLM sync) is checked in fp32; bf16's numerics
+stay covered with the tiny model and on AVX-512 machines."""
 RUN = [f"model.path={NAME}", f"model.dtype={DTYPE}", "env.prompt_template=null", "env.history_length=1",
        "env.num_groups=1", "env.group_size=2", "env.max_steps=2", "env.eval_episodes=1", "env.workers=1",
        "rollout.backend=vllm", "rollout.verify_sync=true", "rollout.enforce_eager=true", "rollout.max_new_tokens=16",

@@ -303,3 +303,21 @@ def test_a_rollout_reuses_prompts_across_turns_and_leaves_no_cache_behind(tiny_m
         [(s.prompt_ids, s.response_ids) for s in played["full"].steps]
     assert len(distinct) > 1 and sum(prefilled) < sum(distinct), (prefilled, distinct)
     assert len(cached.prompt_cache) == 0 and cached.prompt_cache.bytes == 0
+
+
+def test_bf16_generation_on_a_cpu_without_native_bf16_multiplies_in_fp32_kernels(tiny_model_dir):
+    """Sampling a bf16 model: every matmul reaches its kernel in fp32 where the CPU would emulate bf16
+    (gigpo.cpu_bf16), in bf16 where it is native; either way the completions keep the contract."""
+    from gigpo.dtypes import cpu_has_fast_bf16
+    from support.dispatch import OperandDtypes
+
+    gen = HFGenerator(str(tiny_model_dir), dtype="bf16")
+    spy = OperandDtypes()
+    with spy:
+        out = gen.generate(sample_prompts(4, seed=5), SamplingSettings(temperature=1.0, max_new_tokens=6, seed=0))
+    assert len(out) == 4 and all(1 <= len(c.token_ids) <= 6 for c in out)
+    kernels = spy.widened_calls()
+    native = cpu_has_fast_bf16()
+    assert any((torch.bfloat16 if native else torch.float32) in d for d in kernels)
+    if not native:
+        assert not any(torch.bfloat16 in d for d in kernels), [d for d in kernels if torch.bfloat16 in d][:5]

@@ -251,3 +251,23 @@ def test_action_metrics_are_the_means_over_action_tokens_alone(tiny_model_dir, h
         # sums of ~20 float32 terms of size ~1-7: allow a few hundred float32 epsilons of the total
         assert metrics[f"loss/action_{key}"] == pytest.approx(want[key] / want["tokens"], rel=1e-4, abs=1e-5), key
     assert metrics["loss/action_kl"] != pytest.approx(metrics["loss/kl"], rel=1e-3)  # a real subset of the tokens
+
+
+def test_a_bf16_actor_on_a_cpu_without_native_bf16_multiplies_in_fp32_kernels(tiny_model_dir, samples):
+    """Log-probs, forward and backward of a bf16 update: no bf16 matmul reaches a kernel on a CPU that would
+    emulate it (gigpo.cpu_bf16); on one with native bf16 they all stay bf16."""
+    from gigpo.dtypes import cpu_has_fast_bf16
+    from support.dispatch import OperandDtypes
+
+    actor = ActorEngine(str(tiny_model_dir), dataclasses.replace(SETTINGS, dtype="bf16"), loss_settings(kl_coef=0.0))
+    spy = OperandDtypes()
+    with spy:
+        for s, lp in zip(samples, actor.compute_log_probs(samples)):
+            s.logp_old, s.advantage = lp, 1.0 if len(s.response_ids) % 2 else -1.0
+        stats = actor.update(samples)
+    assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
+    kernels = spy.widened_calls()
+    native = cpu_has_fast_bf16()
+    assert any((torch.bfloat16 if native else torch.float32) in d for d in kernels)
+    if not native:
+        assert not any(torch.bfloat16 in d for d in kernels), [d for d in kernels if torch.bfloat16 in d][:5]
