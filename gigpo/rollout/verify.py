@@ -43,9 +43,9 @@ def trainer_logprobs(model: torch.nn.Module, prompt: list[int], tokens: list[int
     """log p(tokens[t] | prompt, tokens[:t]) under `model` (an HF causal LM or a wrapper of one)."""
     ids = torch.tensor([prompt + tokens])
     weight = next(model.parameters())
-    with bf16_matmuls("bf16" if weight.dtype == torch.bfloat16 else "fp32"):
-        logits = model(input_ids=ids.to(weight.device)).logits[0, len(prompt) - 1:-1].float()  # (T, V)
     device = weight.device
+    with bf16_matmuls("bf16" if weight.dtype == torch.bfloat16 else "fp32"):
+        logits = model(input_ids=ids.to(device)).logits[0, len(prompt) - 1:-1].float()  # (T, V)
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens, device=device)[:, None]).squeeze(-1).cpu()
 
 
