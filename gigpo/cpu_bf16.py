@@ -83,6 +83,12 @@ def cpu_bf16_notice(dtype: str, on_cuda: bool, fast_bf16: bool, backend: str) ->
     return notice
 
 
+def matmul_path(dtype: str) -> str:
+    """'widened' where bf16_matmuls(dtype) widens on this machine, else 'native': part of what a cached result
+    computed in `dtype` depends on (a warm-up built widened is not bit-identical to one built natively)."""
+    return "widened" if _widen_here(dtype) else "native"
+
+
 @contextlib.contextmanager
 def bf16_matmuls(dtype: str) -> Iterator[None]:
     """The context for a model's forward and backward in `dtype` (model.dtype) on this machine: bf16 matmuls

@@ -6,6 +6,7 @@ key, so it changes only when what the warm-up computes changes, not when the tra
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from gigpo.config import Config
 from gigpo.seeds import demo_seeds, warmup_seed
@@ -32,7 +33,18 @@ def warm_up(config: Config, model_path: str, pool, prompt_fn, tokenizer, warm_di
         return supervised_warmup(model_path, out_dir, pairs, t.sft_steps, t.sft_lr, t.sft_batch_size, seed,
                                  config.logging.progress, dtype=config.model.dtype, action_share=t.sft_action_share)
 
-    settings = {"model": model_path, "dtype": config.model.dtype, "env": e.model_dump(mode="json", exclude=IRRELEVANT_ENV),
-                "sft": {k: v for k, v in t.model_dump(mode="json").items() if k.startswith("sft_") and k != "sft_seed"},
-                "seed": seed}  # the seed in use, not trainer.seed: a shared warm-up has one cache entry
-    cached_warmup(default_cache_dir().parent / "warmups", warmup_cache_key(settings), warm_dir, build)
+    cached_warmup(default_cache_dir().parent / "warmups", warmup_cache_key(warmup_settings(config, model_path, seed)),
+                  warm_dir, build)
+
+
+def warmup_settings(config: Config, model_path: str, seed: int) -> dict[str, Any]:
+    """What a warm-up's result depends on besides code: its cache key's input. `seed` is the seed in use, not
+    trainer.seed (a shared warm-up has one cache entry); `matmuls` keeps a warm-up built with widened bf16
+    matmuls (an AVX2-only CPU) apart from one built with native kernels, in a cache that outlives the machine."""
+    from gigpo.cpu_bf16 import matmul_path
+
+    t, e = config.trainer, config.env
+    return {"model": model_path, "dtype": config.model.dtype, "matmuls": matmul_path(config.model.dtype),
+            "env": e.model_dump(mode="json", exclude=IRRELEVANT_ENV),
+            "sft": {k: v for k, v in t.model_dump(mode="json").items() if k.startswith("sft_") and k != "sft_seed"},
+            "seed": seed}
