@@ -243,8 +243,7 @@ class AlgorithmConfig(Section):
     kl_coef: float = Field(0.01, ge=0.0)
     entropy_coef: float = Field(0.001)
     loss_agg: Literal["token-mean", "seq-mean"] = "token-mean"
-    rollout_correction: Literal["auto", "none", "token", "seq-mask", "geo-mask", "token+seq-mask",
-                                "token+geo-mask"] = "auto"
+    rollout_correction: str = "auto"
     """Correct for the generator (vLLM, or a stale policy in async mode) not being the trainer
     (gigpo/trainer/rollout_correction.py). token: truncated importance weights min(exp(logp_old -
     logp_behaviour), rollout.importance_cap) on each token's loss. seq-mask / geo-mask: leave out steps whose
@@ -268,6 +267,15 @@ class AlgorithmConfig(Section):
         if name not in ESTIMATORS:
             raise ValueError(f"algorithm.estimator={name!r} is unknown; valid: {', '.join(sorted(ESTIMATORS))}")
         return name
+
+    @field_validator("rollout_correction")
+    @classmethod
+    def _known_correction(cls, mode: str) -> str:
+        from gigpo.trainer.rollout_correction import CORRECTION_MODES
+
+        if mode not in CORRECTION_MODES:
+            raise ValueError(f"algorithm.rollout_correction={mode!r} is unknown; valid: {', '.join(CORRECTION_MODES)}")
+        return mode
     value_clip: Optional[float] = Field(0.2, gt=0.0)
     """PPO critic: clip new values to values_old +- this in the value loss; None for a plain squared error."""
 

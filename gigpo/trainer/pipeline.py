@@ -102,8 +102,8 @@ class ProducerGenerator(Generator):
 
 class RolloutPipeline(Generic[T]):
     """`collect(i)` -> iteration i's rollout; `sync(weights, i)` after its update; `call(fn)` for evaluation;
-    `correct(samples, versions, behaviour_logprobs)` before the update; `close()` in the loop's `finally`, before the generator
-    and pools close. Built on every rank; only rank 0 has a generator (`produce` and `generator` None
+    `correct(samples, versions, behaviour_logprobs)` before the update; `close()` in the loop's `finally`,
+    before the generator and pools close. Built on every rank; only rank 0 has a generator (`produce` and `generator` None
     elsewhere), the others only join the collective weight gathering and compute the same corrections."""
 
     def __init__(self, produce: Optional[Callable[[int], T]], generator: Optional[Generator], mode: str = "sync",

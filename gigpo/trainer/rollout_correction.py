@@ -4,7 +4,8 @@ The generator samples with its own kernels (vLLM) and, in async mode, with weigh
 `rollout.max_staleness` versions old; the trainer scores the same tokens with its own forward. Decoupled
 PPO (Hilton et al., 2022; AReaL) keeps the two apart:
 
-    loss_t = w_t * m_s * PPO-clip(r_t, A),  r_t = exp(logp_t - logp_old_t),  w_t = min(exp(logp_old_t - logp_behaviour_t), C)
+    loss_t = w_t * m_s * PPO-clip(r_t, A),  r_t = exp(logp_t - logp_old_t),
+    w_t = min(exp(logp_old_t - logp_behaviour_t), C)
 
 The trust region stays around the trainer's old log-probs, and w turns the expectation over the generator's
 samples into one over the trainer's policy (token-level truncated importance sampling, TIS). m_s is 0 for a
@@ -32,7 +33,8 @@ from torch import Tensor
 
 from gigpo.trainer.losses import kl_k3, policy_loss
 
-CORRECTION_MODES: tuple[str, ...] = ("auto", "none", "token", "seq-mask", "geo-mask", "token+seq-mask", "token+geo-mask")
+CORRECTION_MODES: tuple[str, ...] = ("auto", "none", "token", "seq-mask", "geo-mask", "token+seq-mask",
+                                     "token+geo-mask")
 """algorithm.rollout_correction's values; auto: token in rollout.mode=async (decoupled PPO), none in sync."""
 
 SUM = "correction_sum/"
@@ -65,7 +67,8 @@ def resolve_correction(mode: str, async_mode: bool, cap: float, mask_low: float,
     """algorithm.rollout_correction -> Correction, None when off; auto keeps each mode's behaviour of before
     the setting existed."""
     if mode not in CORRECTION_MODES:
-        raise ValueError(f"algorithm.rollout_correction={mode!r} is unknown; choose one of {', '.join(CORRECTION_MODES)}")
+        raise ValueError(f"algorithm.rollout_correction={mode!r} is unknown; "
+                         f"choose one of {', '.join(CORRECTION_MODES)}")
     if mode == "auto":
         mode = "token" if async_mode else "none"
     parts = set(mode.split("+")) - {"none"}
@@ -133,7 +136,9 @@ def corrected_policy_loss(logp: Tensor, logp_old: Tensor, logp_behaviour: Tensor
     loss, clipped = policy_loss(logp, logp_old, advantages, clip_low, clip_high)
     if old_is_behaviour:
         if c.token:  # dual clip: where A < 0 the loss stops growing at C * |A| (the ratio truncated at C)
-            loss = torch.where(advantages < 0, torch.minimum(loss, -c.cap * advantages), loss)
+            capped = (advantages < 0) & (loss > -c.cap * advantages)
+            loss = torch.where(capped, -c.cap * advantages, loss)
+            clipped = torch.maximum(clipped, capped.to(clipped.dtype))  # counted in loss/clip_frac
     else:
         loss = loss * weights
     return loss * keep.unsqueeze(-1), clipped, sums

@@ -75,14 +75,15 @@ def test_loss_with_the_generators_old_logprobs_caps_the_ratio_and_never_weights_
     # trainer.old_logprobs=generator: logp_old IS the behaviour; the live log-probs are the trainer's side
     logp = TRAINER.clone().requires_grad_(True)
     adv = torch.tensor([[1.0, -1.0, 2.0], [1.0, -1.0, 1.0]])
-    loss, _, sums = corrected_policy_loss(logp, BEHAVIOUR, BEHAVIOUR, adv, MASK, 0.2, 0.2, correction(),
-                                          old_is_behaviour=True)
+    loss, clipped, sums = corrected_policy_loss(logp, BEHAVIOUR, BEHAVIOUR, adv, MASK, 0.2, 0.2, correction(),
+                                                old_is_behaviour=True)
     # r = e^d. Token (0,0): e^0.2 > 1.2 with A = 1: clipped at 1.2, no gradient. (0,1): e^1 = 2.72 with
     # A = -1: plain PPO takes -r*A = 2.72 (unbounded as r grows); the cap makes it C*|A| = 2, no gradient.
     # (0,2): e^-1 with A = 2: -2 e^-1. Step 1: e^0 and e^-0.2 inside the clip: -r*A.
     hand = [[-1.2, 2.0, -2.0 * math.exp(-1.0)], [-1.0, math.exp(-0.2), -1.0]]
     assert loss[0].tolist() == pytest.approx(hand[0], abs=1e-6)
     assert loss[1, :2].tolist() == pytest.approx(hand[1][:2], abs=1e-6)
+    assert clipped[0].tolist() == [1.0, 1.0, 0.0] and clipped[1, :2].tolist() == [0.0, 0.0]  # the cap counts as a clip
     loss.mul(MASK).sum().backward()
     assert logp.grad[0].tolist() == pytest.approx([0.0, 0.0, -2.0 * math.exp(-1.0)], abs=1e-6)
     # the mismatch metrics read the live (trainer's) log-probs against the generator's
