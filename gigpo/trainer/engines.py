@@ -325,6 +325,8 @@ class _TrainedEngine(_MicroBatchedModel):
     engine: Any
     updates: int = 0
     """update() calls so far; seeds each call's shuffle, restored from checkpoints."""
+    step_in_update: int = 0
+    """Optimizer steps of this update() taken before the mini-batch in progress (0: the weights are its start)."""
     _value_head: bool = False
 
     def __init__(self, model_path: str, settings: EngineSettings, loss: LossSettings):
@@ -356,6 +358,7 @@ class _TrainedEngine(_MicroBatchedModel):
         for mini in minibatches([x.prompt_ids for x in samples], s.mini_batch_size, s.ppo_epochs,
                                 minibatch_seed(s.seed, self.updates), s.minibatch_by_prompt, s.mini_batches):
             subset = [samples[i] for i in mini]
+            self.step_in_update = steps
             tokens = sum(len(x.response_ids) for x in subset)
             denominator = float(tokens if self._loss_agg() == "token-mean" else len(subset))
             finite = True
@@ -458,6 +461,8 @@ class ActorEngine(_TrainedEngine, _PolicyForward):
             pg, clipped, correction = corrected_policy_loss(
                 logp, mb.fields["logp_old"], mb.fields["logp_behaviour"], mb.fields["advantage"], mask,
                 L.clip_low, L.clip_high, L.correction, L.old_is_behaviour)
+            if L.old_is_behaviour and self.step_in_update > 0:  # the live policy has moved: its gap to the
+                correction = {}  # generator is no longer the mismatch, so only the first mini-batch is measured
         else:
             pg, clipped = policy_loss(logp, mb.fields["logp_old"], mb.fields["advantage"], L.clip_low, L.clip_high)
         pg_loss = aggregate(pg, mask, agg, denominator)
