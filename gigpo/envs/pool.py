@@ -233,8 +233,10 @@ class EnvPool:
             raise ValueError(f"step_timeout_s={step_timeout_s} must be positive")
         if max_steps is not None and max_steps < 1:
             raise ValueError(f"max_steps={max_steps} must be at least 1 (or None for the env's default)")
+        from gigpo.envs.registry import env_spec
+
         self.env_id = env_id
-        self._spec = gym.spec(env_id)  # unknown ids fail here, with Gymnasium's "did you mean" hint
+        self._spec = env_spec(env_id)  # unknown ids fail here, with Gymnasium's "did you mean" hint
         self._env_kwargs = dict(env_kwargs or {})
         self.max_steps = max_steps
         self.step_timeout_s = float(step_timeout_s)
