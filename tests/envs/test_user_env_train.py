@@ -72,9 +72,9 @@ def test_gigpo_train_runs_an_env_from_the_users_module(tmp_path: Path) -> None:
     assert "No guess yet." in observations  # the example env's own first observation
 
     html = work / "view.html"
-    records = len(list((run / "records").glob("*.jsonl.gz")))
-    assert records == 4  # train and eval, iterations 1 and 2
-    assert f"{records} records" in gigpo(work, env, "view", str(run), "--export", str(html)).stdout
+    records = sorted(p.name.split(".")[0] for p in (run / "records").glob("*.jsonl.gz"))
+    assert records == ["000000-eval", "000001-eval", "000001-train", "000002-eval", "000002-train"], records
+    assert f"{len(records)} records" in gigpo(work, env, "view", str(run), "--export", str(html)).stdout
     assert ENV_ID in html.read_text()
 
     # `gigpo compare` validates the recipe, skips the finished run and reads every run's config.yaml back
