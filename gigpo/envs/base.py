@@ -112,6 +112,9 @@ class AgentEnv(gym.Env):
     task_type: str = ""
     #: This env's prompt template (a format string, see gigpo.envs.prompt); None uses the default.
     prompt_template: Optional[str] = None
+    #: The keyword argument that turns `expert_action()` on, when the expert is off by default (ALFWorld's
+    #: `expert`): a warm-up on this env without it stops in its first state and names the setting.
+    expert_kwarg: Optional[str] = None
 
     def __init__(self, invalid_action_penalty: float = 0.1, render_mode: Optional[str] = None) -> None:
         self.observation_space = text_space()

@@ -92,3 +92,36 @@ def test_an_id_whose_module_cannot_be_imported_is_one_clear_line(tmp_path: Path)
     assert proc.returncode == 2
     assert "importing module 'guess_number'" in proc.stderr and "PYTHONPATH" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_an_installed_packages_entry_point_names_an_env_for_recipes_and_workers(tmp_path: Path, monkeypatch,
+                                                                                 capsys) -> None:
+    """A package that declares `"mypkg/Guess-v0" = "guess_pkg.envs:GuessNumberEnv"` in the gigpo.envs group:
+    its id alone passes the recipe check (kwargs checked against the class) and plays in the spawned workers."""
+    import pytest
+
+    from gigpo.cli import main
+    from gigpo.config import RecipeError, build_config
+    from gigpo.envs import EnvPool
+
+    package = tmp_path / "site" / "guess_pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    # the example's class, without its own registration: the entry point is the only way to the id
+    (package / "envs.py").write_text(EXAMPLE.read_text().split("\nregister_env(")[0] + "\n")
+    info = tmp_path / "site" / "guess_pkg-0.1.dist-info"  # what pip leaves for an installed package
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: guess-pkg\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text('[gigpo.envs]\nmypkg/Guess-v0 = guess_pkg.envs:GuessNumberEnv\n')
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+
+    config = build_config({"model": {"init": "tiny"}, "env": {"id": "mypkg/Guess-v0", "kwargs": {"invalid_action_penalty": 0.5}}})
+    assert config.env.id == "mypkg/Guess-v0"
+    with pytest.raises(RecipeError, match="unknown argument.*sizes"):
+        build_config({"model": {"init": "tiny"}, "env": {"id": "mypkg/Guess-v0", "kwargs": {"sizes": 3}}})
+    with EnvPool("mypkg/Guess-v0", max_steps=9, workers=1) as pool:
+        pool.reset([0], group_size=1)
+        while pool.live_episodes():
+            pool.step({i: f"<action>{a}</action>" for i, a in pool.expert_actions().items()})
+        assert pool.episode(0).won and pool.episode(0).observation.endswith("is correct.")
+    assert main(["envs", "list"]) == 0 and "mypkg/Guess-v0" in capsys.readouterr().out.split()
