@@ -16,20 +16,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "guess_number.py"
 ENV_ID = "guess_number:examples/GuessNumber-v0"
-#: The cheapest settings that still play, evaluate and update: a local tiny model, fp32, the hf backend.
-RECIPE = """\
-model: {init: tiny, dtype: fp32}
-rollout: {backend: hf, max_prompt_tokens: 256, max_new_tokens: 8}
-env:
-  id: ENV_ID
-  max_steps: 3
-  num_groups: 2
-  group_size: 2
-  eval_episodes: 2
-  workers: 1
-trainer: {iterations: 2, eval_every: 1, micro_token_budget: 2048, mini_batch_size: 64}
-logging: {wandb_mode: disabled, progress: false, rollouts_every: 1}
-"""
+DOCS = ROOT / "docs" / "envs.md"
+#: The docs' settings shrunk to the cheapest run that still plays, updates, evaluates and records.
+SHRINK = ["env.max_steps=3", "env.num_groups=2", "env.group_size=2", "env.eval_episodes=2", "env.workers=1",
+          "rollout.max_new_tokens=8", "trainer.iterations=2", "trainer.eval_every=1", "trainer.micro_token_budget=2048",
+          "trainer.mini_batch_size=64", "logging.wandb_mode=disabled", "logging.progress=false",
+          "logging.rollouts_every=1"]
+
+
+def docs_recipe() -> str:
+    """The recipe docs/envs.md's "Train it" section shows."""
+    section = DOCS.read_text().split("\n## Train it\n", 1)[1]
+    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
 
 
 def user_env(tmp_path: Path) -> dict[str, str]:
@@ -53,11 +51,11 @@ def test_gigpo_train_runs_an_env_from_the_users_module(tmp_path: Path) -> None:
     env = user_env(tmp_path)
     work = tmp_path / "work"  # neither the project nor the env's folder: the env is found through PYTHONPATH only
     work.mkdir()
-    (work / "guess.yaml").write_text(RECIPE.replace("ENV_ID", ENV_ID))
-    assert "id: guess_number:examples/GuessNumber-v0" in gigpo(work, env, "config", "guess.yaml").stdout
+    (work / "guess.yaml").write_text(docs_recipe())
+    assert f"id: {ENV_ID}" in gigpo(work, env, "config", "guess.yaml").stdout  # the docs' recipe as it stands
 
     run = work / "cmp" / "gigpo-s0"  # where `gigpo compare --out cmp` keeps seed 0 of gigpo
-    gigpo(work, env, "train", "guess.yaml", f"trainer.run_dir={run}")
+    gigpo(work, env, "train", "guess.yaml", *SHRINK, f"trainer.run_dir={run}")
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows][-2:] == [1, 2]
     for row in rows[-2:]:  # both iterations played the env in the workers, updated and evaluated
@@ -80,13 +78,13 @@ def test_gigpo_train_runs_an_env_from_the_users_module(tmp_path: Path) -> None:
     # `gigpo compare` validates the recipe, skips the finished run and reads every run's config.yaml back
     # (task-seed check): each imports the user's module from the id
     shutil.copytree(run, work / "cmp" / "grpo-s0")
-    out = gigpo(work, env, "compare", "guess.yaml", "--algos", "gigpo,grpo", "--seeds", "1", "--out", "cmp")
+    out = gigpo(work, env, "compare", "guess.yaml", *SHRINK, "--algos", "gigpo,grpo", "--seeds", "1", "--out", "cmp")
     assert "2/2 runs already done" in out.stdout
     assert "every algorithm draws the same task seeds" in (work / "cmp" / "report.md").read_text()
 
 
 def test_an_id_whose_module_cannot_be_imported_is_one_clear_line(tmp_path: Path) -> None:
-    (tmp_path / "guess.yaml").write_text(RECIPE.replace("ENV_ID", ENV_ID))
+    (tmp_path / "guess.yaml").write_text(docs_recipe())
     proc = subprocess.run([sys.executable, "-m", "gigpo", "config", "guess.yaml"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300)  # the env's folder is not on PYTHONPATH here
     assert proc.returncode == 2
