@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "guess_number.py"
 ENV_ID = "guess_number:examples/GuessNumber-v0"
@@ -96,8 +98,6 @@ def test_an_installed_packages_entry_point_names_an_env_for_recipes_and_workers(
                                                                                  capsys) -> None:
     """A package that declares `"mypkg/Guess-v0" = "guess_pkg.envs:GuessNumberEnv"` in the gigpo.envs group:
     its id alone passes the recipe check (kwargs checked against the class) and plays in the spawned workers."""
-    import pytest
-
     from gigpo.cli import main
     from gigpo.config import RecipeError, build_config
     from gigpo.envs import EnvPool
