@@ -177,7 +177,8 @@ class EnvConfig(Section):
     """Which environment, how many tasks and group members, and how episodes run."""
 
     id: str = "gigpo/Sokoban-v0"
-    """Gymnasium id of a registered agent environment."""
+    """Gymnasium id of an agent environment: a built-in one, "module:Id" for one that your module registers
+    (imported first, as gymnasium.make does), or one an installed package declares (docs/envs.md)."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     num_groups: int = Field(16, ge=1)
     """B: tasks per iteration."""

@@ -25,16 +25,47 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-# Text spaces default to letters and digits only; agents read and write punctuation and newlines.
-TEXT_CHARSET = frozenset(string.printable)
 MAX_TEXT_LENGTH = 65536
 
 _ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL)
 _THINK_PREFIX_RE = re.compile(r"^\s*(<think>.*?</think>)?\s*<action>", re.DOTALL)
 
+#: What `sample()` draws from (check_env steps with samples): printable ASCII and some non-ASCII letters,
+#: so a sampled action also tests an env's parser on text beyond ASCII.
+SAMPLE_CHARSET = string.printable + "éèçàüößñøåæœ€—’“”…αβγπжшקع中文日本語한국어😀"
 
-def text_space(max_length: int = MAX_TEXT_LENGTH) -> spaces.Text:
-    return spaces.Text(max_length=max_length, min_length=0, charset=TEXT_CHARSET)
+
+class UnicodeText(spaces.Text):
+    """A Gymnasium text space holding any Unicode text up to `max_length` characters.
+
+    Gymnasium's `Text` holds only the characters of its charset, and agents read and write any text
+    ("café crème", product data in any language, emoji). The one exclusion: lone surrogates, which no
+    UTF-8 file (records, logs) can hold.
+    """
+
+    def __init__(self, max_length: int = MAX_TEXT_LENGTH, min_length: int = 0) -> None:
+        super().__init__(max_length, min_length=min_length, charset=SAMPLE_CHARSET)
+
+    def contains(self, x: Any) -> bool:
+        if not isinstance(x, str) or not self.min_length <= len(x) <= self.max_length:
+            return False
+        try:
+            x.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+
+    def __repr__(self) -> str:
+        return f"UnicodeText({self.min_length}, {self.max_length})"
+
+    def __eq__(self, other: object, /) -> bool:
+        return (isinstance(other, UnicodeText) and self.min_length == other.min_length
+                and self.max_length == other.max_length)
+
+
+def text_space(max_length: int = MAX_TEXT_LENGTH) -> UnicodeText:
+    """The observation and action space of agent envs: any Unicode text."""
+    return UnicodeText(max_length)
 
 
 class UnfinishedResponse(str):
@@ -81,6 +112,9 @@ class AgentEnv(gym.Env):
     task_type: str = ""
     #: This env's prompt template (a format string, see gigpo.envs.prompt); None uses the default.
     prompt_template: Optional[str] = None
+    #: The keyword argument that turns `expert_action()` on, when the expert is off by default (ALFWorld's
+    #: `expert`): a warm-up on this env without it stops in its first state and names the setting.
+    expert_kwarg: Optional[str] = None
 
     def __init__(self, invalid_action_penalty: float = 0.1, render_mode: Optional[str] = None) -> None:
         self.observation_space = text_space()

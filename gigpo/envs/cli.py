@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 
@@ -23,31 +24,48 @@ def _json_kwargs(text: str) -> dict:
 def _cmd_list(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
+    from gigpo.envs.registry import register_plugin_envs
+
     import gigpo.envs  # noqa: F401
 
-    for env_id in sorted(k for k in gym.registry if k.startswith("gigpo/")):
+    installed = register_plugin_envs()  # envs that installed packages declare (entry-point group gigpo.envs)
+    for env_id in sorted({k for k in gym.registry if k.startswith("gigpo/")} | set(installed)):
         print(env_id)
     return 0
 
 
-def _cmd_check(args: argparse.Namespace) -> int:
+def _make(env_id: str, **kwargs: Any) -> Any:
+    """`gym.make` of an id as a recipe names it: "module:Id", a built-in, or an installed package's env."""
     import gymnasium as gym
+
+    from gigpo.envs.registry import env_spec
+
+    return gym.make(env_spec(env_id), **kwargs)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """Gymnasium's check_env; a failure is one line naming the env and what is wrong, not a traceback."""
+    import warnings
+
     from gymnasium.utils.env_checker import check_env
 
-    import gigpo.envs  # noqa: F401
-
-    check_env(gym.make(args.env_id, **args.kwargs).unwrapped)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            check_env(_make(args.env_id, **args.kwargs).unwrapped)
+    except Exception as exc:  # an assertion of check_env, or the env's own error while being checked
+        message = " ".join(str(exc).split()) or "(no message)"
+        print(f"gigpo envs check: {args.env_id} failed: {type(exc).__name__}: {message}", file=sys.stderr)
+        return 1
+    for warning in caught:  # Gymnasium's checker warns rather than fails on some problems: show them briefly
+        print(f"gigpo envs check: warning: {' '.join(str(warning.message).split())}", file=sys.stderr)
     print(f"{args.env_id}: check_env passed")
     return 0
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
     """Play one episode with the env's expert, or with actions typed on stdin when --manual."""
-    import gymnasium as gym
-
-    import gigpo.envs  # noqa: F401
-
-    env = gym.make(args.env_id, max_episode_steps=args.max_steps, **args.kwargs)
+    env = _make(args.env_id, max_episode_steps=args.max_steps, **args.kwargs)
     observation, info = env.reset(seed=args.seed)
     print(f"Task: {env.unwrapped.task}\n{observation}")
     total, done, steps = 0.0, False, 0

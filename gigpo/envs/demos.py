@@ -26,11 +26,35 @@ class Demonstration:
         return f"<action>{self.action}</action>"
 
 
+class NoExpertError(ValueError):
+    """The env gives no expert action in the first demonstration state: a setting to fix, not bad luck."""
+
+
+def check_expert(pool: EnvPool, task_seed: int, fix: str = "") -> None:
+    """Reset one episode of `task_seed` and ask for its expert action; raise NoExpertError naming `fix` if none.
+
+    An env without an expert (ALFWorld without `expert: true`) otherwise plays every demonstration episode
+    at random, minutes to hours, before the warm-up finds it has nothing to learn from.
+    """
+    view = pool.reset([task_seed], group_size=1)[0]
+    if view.error is None and pool.expert_actions([0])[0] is None:
+        raise NoExpertError(f"{pool.env_id} gave no expert action in the first state of the first demonstration "
+                            f"episode (task seed {task_seed}): "
+                            f"{fix or 'demonstrations need an env whose expert_action() answers'}")
+
+
 def collect_demonstrations(pool: EnvPool, seeds: list[int], explore: float = 0.3,
-                           seed: int = 0) -> list[Demonstration]:
-    """Play one episode per seed to the end; label every state where the env's expert has an answer."""
+                           seed: int = 0, fix: str = "") -> list[Demonstration]:
+    """Play one episode per seed to the end; label every state where the env's expert has an answer.
+
+    The first task's first state is checked for an expert action before any episode is played
+    (`check_expert`; `fix` says how to turn the expert on). Envs are deterministic given the seed, so
+    that extra reset changes no demonstration.
+    """
     if not 0.0 <= explore <= 1.0:
         raise ValueError(f"explore={explore} must be a probability in [0, 1]")
+    if seeds:
+        check_expert(pool, seeds[0], fix)
     rng = np.random.default_rng(seed)
     pool.reset(seeds, group_size=1)
     demos: list[Demonstration] = []

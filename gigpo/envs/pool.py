@@ -36,7 +36,7 @@ from typing import Any, Optional, Sequence
 
 import gymnasium as gym
 
-# (kind, episode_idx, argument): kind is reset | step | replay | expert | drop
+# (kind, episode_idx, argument): kind is reset | step | replay | expert | probe | drop
 _Op = tuple[str, int, Any]
 
 _IDLE = 0.0
@@ -154,6 +154,10 @@ def _worker_main(conn: Connection, spec: gym.envs.registration.EnvSpec, env_kwar
         if kind == "expert":
             expert = getattr(envs[episode].unwrapped, "expert_action", None)
             return expert() if expert is not None else None
+        if kind == "probe":  # make one env and drop it: configuration errors surface now
+            make(episode)
+            envs.pop(episode).close()
+            return None
         if kind == "drop":
             env = envs.pop(episode, None)
             if env is not None:
@@ -233,8 +237,10 @@ class EnvPool:
             raise ValueError(f"step_timeout_s={step_timeout_s} must be positive")
         if max_steps is not None and max_steps < 1:
             raise ValueError(f"max_steps={max_steps} must be at least 1 (or None for the env's default)")
+        from gigpo.envs.registry import env_spec
+
         self.env_id = env_id
-        self._spec = gym.spec(env_id)  # unknown ids fail here, with Gymnasium's "did you mean" hint
+        self._spec = env_spec(env_id)  # unknown ids fail here, with Gymnasium's "did you mean" hint
         self._env_kwargs = dict(env_kwargs or {})
         self.max_steps = max_steps
         self.step_timeout_s = float(step_timeout_s)
@@ -348,6 +354,11 @@ class EnvPool:
             ops[self._live_episode(idx).worker].append(("expert", idx, None))
         answers = {idx: payload if ok else None for (kind, idx, _), (ok, payload) in self._run(ops) if kind == "expert"}
         return {idx: answers[idx] for idx in idxs}  # in episode order, not in the order workers answered
+
+    def check_make(self) -> None:
+        """Make one env in a worker and close it; a configuration error (bad kwargs, missing data) raises
+        ValueError now rather than at the first reset, which may come after a long phase (a warm-up)."""
+        self._run({0: [("probe", -1, None)]})
 
     def episode(self, idx: int) -> EpisodeView:
         if not 0 <= idx < len(self._episodes):

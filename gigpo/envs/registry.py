@@ -1,9 +1,14 @@
 """Gymnasium registration of gigpo's environments; importing `gigpo.envs` runs it.
 
 Entry points are "module:Class" strings, so registering costs nothing until an env is made.
+
+A user's own env is found the ways `env_spec` lists: Gymnasium's "module:Id" (the module is imported and
+registers the env), or an installed package's entry point in the "gigpo.envs" group (name: the env id,
+value: its "module:Class" entry point), registered the first time an unknown id is looked up.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable, Optional, Union
 
 import gymnasium as gym
@@ -56,6 +61,43 @@ def register_builtin_envs() -> None:
         register_env(env_id, entry_point, **kwargs)
 
 
+ENTRY_POINT_GROUP = "gigpo.envs"
+"""Installed packages declare envs here: `[project.entry-points."gigpo.envs"] "my/Env-v0" = "my.envs:MyEnv"`."""
+
+
+def register_plugin_envs() -> list[str]:
+    """Register the envs that installed packages declare in the "gigpo.envs" entry-point group; their ids.
+
+    Nothing is imported: each entry point's value is a lazy "module:Class" string, loaded when the env is
+    made (in the env workers too, since a pickled spec carries the string)."""
+    from importlib.metadata import entry_points
+
+    declared = entry_points(group=ENTRY_POINT_GROUP)
+    for point in declared:
+        register_env(point.name, point.value)
+    return [point.name for point in declared]
+
+
+def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The EnvSpec of `env_id`, found as `gym.make` finds it, which `gym.spec` alone does not do.
+
+    "module:Id" imports the module first (its import registers Id); an id no one has registered yet may
+    be an installed package's entry point ("gigpo.envs" group). The spec holds the env's entry point, so
+    spawned env workers make the env from it without knowing the id.
+    """
+    register_builtin_envs()
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # the user's module: any error in it, said in one line
+            raise gym.error.Error(f"importing module {module!r} (the part of the id before ':') failed: "
+                                  f"{type(exc).__name__}: {exc}; is its folder on PYTHONPATH?") from exc
+    if name not in gym.registry:
+        register_plugin_envs()
+    return gym.spec(name)
+
+
 # --------------------------------------------------------------------------- recipe checks
 # `gigpo config` and `gigpo train` run these before any model or worker starts, so a typo in env.id or
 # env.kwargs fails in a second with a hint, not with a traceback after the model has loaded.
@@ -69,11 +111,10 @@ def check_env_id(env_id: str) -> str:
     """`env_id` if Gymnasium knows it (importing a "module:Id" prefix as gym.make would); else a hint."""
     import difflib
 
-    register_builtin_envs()
     try:
-        gym.spec(env_id)
+        env_spec(env_id)
         return env_id
-    except (gym.error.Error, ModuleNotFoundError, ImportError) as exc:
+    except gym.error.Error as exc:
         reason = str(exc)
     # compare names without namespace and version: "gigpo/WebShop-v0" is not close to "gigpo/Sokoban-v0"
     by_name: dict[str, str] = {}
@@ -106,7 +147,7 @@ def env_kwarg_names(env_id: str) -> Optional[set[str]]:
 
     from gymnasium.envs.registration import load_env_creator
 
-    spec = gym.spec(env_id)
+    spec = env_spec(env_id)
     creator = spec.entry_point if callable(spec.entry_point) else load_env_creator(spec.entry_point)
     target = creator.__init__ if isinstance(creator, type) else creator
     names, open_ended = _keyword_names(target)

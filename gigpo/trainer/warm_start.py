@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gigpo.config import Config
+from gigpo.config import Config, RecipeError
 from gigpo.seeds import demo_seeds, warmup_seed
 
 # only what changes the warm-up's result: not evaluation, batch shape or worker settings
@@ -17,24 +17,73 @@ IRRELEVANT_ENV = {"workers", "step_timeout_s", "eval_episodes", "eval_seed_start
 
 def warm_up(config: Config, model_path: str, pool, prompt_fn, tokenizer, warm_dir: Path) -> None:
     """Supervised warm-up on expert demonstrations into warm_dir/hf, reused from the cache when identical."""
-    from gigpo.envs.demos import collect_demonstrations
+    from gigpo.envs.demos import NoExpertError, collect_demonstrations
     from gigpo.models.cache import default_cache_dir
     from gigpo.trainer.warmup import cached_warmup, response_ids, supervised_warmup, warmup_cache_key
 
     t, e = config.trainer, config.env
     seed = warmup_seed(t)
+    cache_root = default_cache_dir().parent / "warmups"
 
     def build(out_dir: Path) -> Path:
+        check_before_warmup(config, cache_root)
         tasks = demo_seeds(e, seed, t.sft_rooms)
-        demos = collect_demonstrations(pool, tasks, explore=1.0 - t.sft_expert_share, seed=seed)
+        try:
+            demos = collect_demonstrations(pool, tasks, explore=1.0 - t.sft_expert_share, seed=seed,
+                                           fix=expert_fix(config))
+        except NoExpertError as exc:
+            raise RecipeError(str(exc)) from None
         prompts = prompt_fn([d.view for d in demos])
         pairs = [(p, response_ids(tokenizer, d.action)) for p, d in zip(prompts, demos)]
         print(f"warm-up: {len(pairs)} expert-labelled states from {len(tasks)} tasks", flush=True)
         return supervised_warmup(model_path, out_dir, pairs, t.sft_steps, t.sft_lr, t.sft_batch_size, seed,
                                  config.logging.progress, dtype=config.model.dtype, action_share=t.sft_action_share)
 
-    cached_warmup(default_cache_dir().parent / "warmups", warmup_cache_key(warmup_settings(config, model_path, seed)),
+    cached_warmup(cache_root, warmup_cache_key(warmup_settings(config, model_path, seed)),
                   warm_dir, build)
+
+
+def expert_fix(config: Config) -> str:
+    """How to give the recipe's env an expert: the error of a warm-up on an env without one ends with this."""
+    from gymnasium.envs.registration import load_env_creator
+
+    from gigpo.envs.registry import env_spec
+
+    e, t = config.env, config.trainer
+    spec = env_spec(e.id)
+    creator = spec.entry_point if callable(spec.entry_point) else load_env_creator(spec.entry_point)
+    kwarg = getattr(creator, "expert_kwarg", None)
+    without = "or set trainer.sft_steps: 0 to train without the supervised warm-up"
+    if kwarg and not e.kwargs.get(kwarg):
+        return f"its expert is off: set env.kwargs.{kwarg}: true, {without}"
+    return (f"the supervised warm-up (trainer.sft_steps={t.sft_steps}) learns from the env's expert_action(), "
+            f"which gives none here: use an env with an expert, {without}")
+
+
+def check_before_warmup(config: Config, cache_root: Path) -> None:
+    """Settings that would otherwise fail only after the warm-up (minutes to hours): the evaluation env
+    (env.eval_kwargs, first made for the evaluation after it) and the warm-up cache (written after it)."""
+    import os
+
+    from gigpo.envs.pool import EnvPool
+
+    e = config.env
+    if e.eval_kwargs:
+        kwargs = {"invalid_action_penalty": e.invalid_action_penalty, **e.kwargs, **e.eval_kwargs}
+        with EnvPool(e.id, env_kwargs=kwargs, max_steps=e.max_steps, workers=1, step_timeout_s=e.step_timeout_s) as pool:
+            try:
+                pool.check_make()
+            except ValueError as exc:
+                raise RecipeError(f"env.eval_kwargs={e.eval_kwargs}: {exc}; the evaluation after the warm-up "
+                                  "would fail with it") from None
+    try:
+        cache_root.mkdir(parents=True, exist_ok=True)
+        writable = os.access(cache_root, os.W_OK)
+    except OSError:
+        writable = False
+    if not writable:
+        raise RecipeError(f"the warm-up cache {cache_root} is not writable, so the warm-up would fail once built: "
+                          "point $GIGPO_CACHE at a writable folder")
 
 
 def warmup_settings(config: Config, model_path: str, seed: int) -> dict[str, Any]:

@@ -90,6 +90,7 @@ class ALFWorldEnv(AgentEnv):
         "{admissible_actions}"
         "{action_format}"
     )
+    expert_kwarg = "expert"
 
     def __init__(
         self,
