@@ -28,7 +28,7 @@ sys.exit(main(sys.argv[1:]))
 def test_a_wrong_sync_stops_training_naming_gap_bound_and_setting(tmp_path: Path) -> None:
     run = tmp_path / "wrong_sync"
     cmd = [sys.executable, "-c", DRIVER, "train", "recipes/sokoban_tiny.yaml", *SMALL, f"trainer.run_dir={run}",
-           "rollout.backend=vllm", "rollout.enforce_eager=true", "model.dtype=fp32", "trainer.iterations=2",
+           "rollout.backend=vllm", "rollout.enforce_eager=true", "model.dtype=fp32", "trainer.iterations=1",
            "env.eval_episodes=1"]  # no rollout.verify_sync: the default must check
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, env=clean_env())
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-4000:]
