@@ -105,6 +105,7 @@ def bare_vllm(path: str, prompts: list[list[int]], new_tokens: int, dtype: str, 
 
     kwargs: dict[str, Any] = dict(model=path, dtype=canonical_dtype(dtype), seed=0, gpu_memory_utilization=utilization)
     if not CUDA:  # vLLM-CPU: the same settings gigpo's engine needs there (gigpo/rollout/vllm_backend.py)
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
         kwargs.update(enforce_eager=True, enable_chunked_prefill=False, max_num_batched_tokens=4096, max_model_len=1024)
     before = PeakMemory.now()
     start = time.perf_counter()

@@ -39,7 +39,7 @@ else
   test -d /tmp/site/vllm || { echo "gpu_session.sh: /tmp/site/vllm missing: stage the bundle first (docs/gpu.md)" >&2; exit 2; }
   PY=python3
   export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 DS_ACCELERATOR=cuda
-  MODEL="model.init=base05b model.dtype=bf16 model.gradient_checkpointing=true" EAGER=false UTIL=0.3 SHORT_ITERS=6 SFT=20
+  MODEL="model.init=base05b model.dtype=bf16 model.gradient_checkpointing=true" EAGER=false UTIL=0.3 SHORT_ITERS=4 SFT=10
   PHASE_ARGS="--preset base05b --dtype bf16"
   LIMIT_SCALE=1
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/nvidia-smi.txt"
@@ -85,7 +85,7 @@ for s in "${STEPS[@]}"; do
       step phases 300 $PY benchmarks/gpu_phases.py $PHASE_ARGS --out "$OUT/gpu_phases.json" \
         && $PY -c "import json; r = json.load(open('$OUT/gpu_phases.json')); print('ratios (gigpo / bare):', r['ratios'])" ;;
     run)
-      step run 240 $PY -m gigpo train recipes/sokoban_tiny.yaml $MODEL $SMALL trainer.iterations=$SHORT_ITERS \
+      step run 180 $PY -m gigpo train recipes/sokoban_tiny.yaml $MODEL $SMALL trainer.iterations=$SHORT_ITERS \
         trainer.sft_steps=$SFT trainer.eval_every=2 trainer.run_dir="$OUT/run"
       [ -f "$OUT/run/metrics.jsonl" ] && summarize "$OUT/run" | tee "$OUT/run.summary" ;;
     gputests)

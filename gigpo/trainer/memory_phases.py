@@ -50,10 +50,7 @@ class MemoryPhases:
             reason = "memory phases are off on CPU (no engine sleep, no reference offload, no empty_cache)"
         elif r.mode == "async":
             reason = "memory phases are off in rollout.mode=async: the engine generates while the update runs"
-        sleep = r.sleep_level if getattr(generator, "can_sleep", False) else 0
-        if reason is None and r.sleep_level and not sleep and generator is not None:
-            log_once(f"rollout.sleep_level={r.sleep_level} has no effect with rollout.backend={r.backend}: only the "
-                     "in-process vllm engine sleeps")
+        sleep = r.sleep_level if getattr(generator, "can_sleep", False) else 0  # hf, vllm-server: never
         offload = t.offload_reference and reference is not None and getattr(reference, "module", None) is not None
         return cls(generator, reference, sleep, offload, reason)
 
