@@ -177,6 +177,10 @@ class RolloutConfig(Section):
             raise ValueError(f"rollout.tensor_parallel_size={self.tensor_parallel_size} shards the in-process vLLM engine "
                              f"over ranks, but rollout.backend={self.backend}: use rollout.backend=vllm, or "
                              "rollout.tensor_parallel_size=1")
+        if self.tensor_parallel_size > 1 and self.turns == "async":
+            raise ValueError(f"rollout.turns=async with rollout.tensor_parallel_size={self.tensor_parallel_size}: the "
+                             "ranks of one engine must send it the same requests in the same order, which turns that "
+                             "follow each env step's timing do not; use rollout.turns=batched (auto picks it)")
         if self.mode == "async" and self.verify_sync:
             raise ValueError("rollout.verify_sync=true compares the generator with the actor right after a sync, but in "
                              "rollout.mode=async the actor trains on while the generator takes the weights: use "

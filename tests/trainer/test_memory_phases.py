@@ -61,6 +61,8 @@ def test_tensor_parallel_size_must_divide_the_ranks():
     assert config.rollout.tensor_parallel_size == 2
     with pytest.raises(RecipeError, match=r"rollout.tensor_parallel_size=3 must divide trainer.nprocs=8"):
         load_config("recipes/alfworld_7b.yaml", ["rollout.tensor_parallel_size=3"])
+    with pytest.raises(RecipeError, match=r"rollout.turns=async with rollout.tensor_parallel_size=2"):
+        load_config("recipes/alfworld_7b.yaml", ["rollout.tensor_parallel_size=2", "rollout.turns=async"])
     with pytest.raises(RecipeError, match=r"tensor_parallel_size=2 .*rollout.backend=hf"):
         load_config("recipes/alfworld_7b.yaml", ["rollout.tensor_parallel_size=2", "rollout.backend=hf"])
     assert parallel_kwargs(1) == {}
