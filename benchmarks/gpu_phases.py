@@ -174,7 +174,7 @@ def bare_torch(path: str, dtype: str, samples: list, budget: int) -> dict:
 # --------------------------------------------------------------------------- gigpo, colocated
 
 def gigpo_phases(path: str, prompts: list[list[int]], new_tokens: int, dtype: str, utilization: float,
-                 budget: int) -> tuple[dict, list]:
+                 budget: int, weight_sync: str = "shm") -> tuple[dict, list]:
     """The actor (DeepSpeed, ZeRO 0) resident, its own vLLM engine beside it; generate, sleep, log-probs,
     update, wake, sync, verify: the colocated loop's phases in its order."""
     from gigpo.config import build_config
@@ -187,7 +187,8 @@ def gigpo_phases(path: str, prompts: list[list[int]], new_tokens: int, dtype: st
     from gigpo.trainer.memory_phases import MemoryPhases
 
     config = build_config({"model": {"path": path, "dtype": dtype},
-                           "rollout": {"backend": "vllm", "gpu_memory_utilization": utilization},
+                           "rollout": {"backend": "vllm", "gpu_memory_utilization": utilization,
+                                       "weight_sync": weight_sync},
                            "trainer": {"micro_token_budget": budget, "zero_stage": 0, "lr": 1e-6, "mini_batches": 1}})
     engine_s, loss_s = settings_from_config(config)
     actor = ActorEngine(path, engine_s, dataclasses.replace(loss_s, kl_coef=0.0))
@@ -238,6 +239,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--budget", type=int, default=8192)
     parser.add_argument("--utilization", type=float, default=0.3, help="vLLM's gpu_memory_utilization (both engines)")
+    parser.add_argument("--weight-sync", default="shm", choices=["shm", "nccl"],
+                        help="nccl: broadcast into the engine (gloo on a shared GPU), for a small /dev/shm")
     parser.add_argument("--out", default=os.environ.get("OUT", ".") + "/gpu_phases.json")
     args = parser.parse_args()
 
@@ -248,10 +251,12 @@ def main() -> None:
     vocab = json.loads(Path(path, "config.json").read_text())["vocab_size"]
     prompts = prompts_for(vocab, args.prompts, args.prompt_tokens)
     report: dict[str, Any] = {"device": torch.cuda.get_device_name() if CUDA else "cpu", "preset": args.preset,
+                              "weight_sync": args.weight_sync,
                               "dtype": args.dtype, "prompts": args.prompts, "prompt_tokens": args.prompt_tokens,
                               "new_tokens": args.new_tokens}
     report["bare_vllm"] = bare_vllm(path, prompts, args.new_tokens, args.dtype, args.utilization)
-    report["gigpo"], samples = gigpo_phases(path, prompts, args.new_tokens, args.dtype, args.utilization, args.budget)
+    report["gigpo"], samples = gigpo_phases(path, prompts, args.new_tokens, args.dtype, args.utilization, args.budget,
+                                                args.weight_sync)
     shutdown_distributed()
     free_memory()
     report["bare_torch"] = bare_torch(path, args.dtype, samples, args.budget)

@@ -47,11 +47,16 @@ fi
 $PY -c "import torch, vllm, deepspeed, transformers; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), \
 'vllm', vllm.__version__, 'deepspeed', deepspeed.__version__, 'transformers', transformers.__version__)" | tee "$OUT/versions.txt"
 
+# The default weight sync writes the model to a file in /dev/shm; Docker's default /dev/shm is 64 MB, too
+# small for any real model, so below 2 GiB free the in-process engine takes its weights by broadcast.
+SHM_KB=$(df --output=avail -k /dev/shm 2>/dev/null | tail -1); SYNC=${WEIGHT_SYNC:-shm}
+[ -z "${WEIGHT_SYNC:-}" ] && [ "${SHM_KB:-0}" -lt 2097152 ] && SYNC=nccl
+echo "/dev/shm: ${SHM_KB:-?} KiB free; rollout.weight_sync=$SYNC" | tee -a "$OUT/versions.txt"
 # the shrunk Sokoban run of the trainer tests (tests/support/run.py), one generator engine on this device
 SMALL="env.num_groups=4 env.group_size=4 env.max_steps=4 env.eval_episodes=8 env.workers=2 \
 trainer.micro_token_budget=8192 trainer.mini_batch_size=64 logging.wandb_mode=disabled logging.progress=false \
 rollout.max_new_tokens=12 rollout.backend=vllm rollout.gpu_memory_utilization=$UTIL rollout.enforce_eager=$EAGER \
-rollout.sleep_level=1 rollout.verify_sync=true"
+rollout.sleep_level=1 rollout.verify_sync=true rollout.weight_sync=$SYNC"
 failed=0
 
 summarize() {  # time, GPU memory and the sync gap of each logged iteration
@@ -82,7 +87,7 @@ for s in "${STEPS[@]}"; do
         && summarize "$OUT/colocated" | tee "$OUT/colocated.summary"
       grep -h "gigpo: memory phases\|sleep_level\|verify" "$OUT/colocated.log" | sort -u | head -5 ;;
     phases)
-      step phases 300 $PY benchmarks/gpu_phases.py $PHASE_ARGS --out "$OUT/gpu_phases.json" \
+      step phases 300 $PY benchmarks/gpu_phases.py $PHASE_ARGS --weight-sync $SYNC --out "$OUT/gpu_phases.json" \
         && $PY -c "import json; r = json.load(open('$OUT/gpu_phases.json')); print('ratios (gigpo / bare):', r['ratios'])" ;;
     run)
       step run 180 $PY -m gigpo train recipes/sokoban_tiny.yaml $MODEL $SMALL trainer.iterations=$SHORT_ITERS \
