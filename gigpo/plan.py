@@ -444,6 +444,8 @@ def _render_phases(plan: Plan, config: Any, gpu_gib: Optional[float]) -> list[st
                      f"{kv / per_token / (r.max_prompt_tokens + r.max_new_tokens):.0f} full-length sequences)")
     name, peak = plan.peak_phase()
     card = gpu_gib or device_gib()
-    spare = f" of a {card:.0f} GiB card: {card - peak / GIB:.1f} GiB ({1 - peak / GIB / card:.0%}) to spare" if card else ""
+    left = (card or 0) - peak / GIB
+    spare = "" if not card else (f" of a {card:.0f} GiB card: {left:.1f} GiB ({left / card:.0%}) to spare" if left >= 0
+                                 else f": over a {card:.0f} GiB card by {-left:.1f} GiB")
     lines.append(f"  peak per rank: {peak / GIB:.2f} GiB in {name} (the larger phase, not the sum){spare}")
     return lines
