@@ -149,7 +149,13 @@ class RolloutConfig(Section):
     at the update minus the version that sampled it). A rollout that would lag more is not started until
     the weights it needs are synced: the producer blocks, nothing is dropped."""
     importance_cap: float = Field(2.0, ge=1.0)
-    """async: C in the per-token weight min(exp(logp_old - logp_behaviour), C) on the PPO-clip loss."""
+    """C, the cap of the rollout correction's token weights min(exp(logp_old - logp_behaviour), C)
+    (algorithm.rollout_correction; async mode's default). Why 2: PPO moves a token's probability by a few
+    tens of percent per update, so between policies one or two versions apart nearly every weight lies well
+    inside [0.5, 2] and passes unchanged; C bounds the variance of the rare token the trainer finds much
+    likelier than the generator did. C = 1 (V-trace's rho-bar) would also cut every up-weight of an ordinary
+    token; much larger caps let one token dominate a mini-batch. `correction/truncated_share` says whether
+    the cap binds."""
     group_versions: Literal["separate", "mixed"] = "separate"
     """async: separate: weights reach the generator only between rollouts and GiGPO's anchor key holds the
     policy version, so no episode or step group mixes versions. mixed: weights also land between the turns
@@ -265,6 +271,21 @@ class AlgorithmConfig(Section):
     kl_coef: float = Field(0.01, ge=0.0)
     entropy_coef: float = Field(0.001)
     loss_agg: Literal["token-mean", "seq-mean"] = "token-mean"
+    rollout_correction: str = "auto"
+    """Correct for the generator (vLLM, or a stale policy in async mode) not being the trainer
+    (gigpo/trainer/rollout_correction.py). token: truncated importance weights min(exp(logp_old -
+    logp_behaviour), rollout.importance_cap) on each token's loss. seq-mask / geo-mask: leave out steps whose
+    ratio exp(sum of the token log-ratios), or its geometric mean over tokens, lies outside
+    [correction_mask_low, correction_mask_high]. none: no correction. auto: token in rollout.mode=async
+    (decoupled PPO, as before this setting), none in sync (today's behaviour; no learning comparison has
+    been run yet). With any correction on, `correction/*` logs the mismatch every iteration, and
+    trainer.old_logprobs=generator skips the old-log-prob recompute in sync mode (the ratio against the
+    generator's log-probs is then capped and masked instead; docs/config.md, "Rollout correction")."""
+    correction_mask_low: float = Field(0.5, gt=0.0, le=1.0)
+    """seq-mask / geo-mask: the lowest ratio (or geometric mean) a step may have and still be trained on."""
+    correction_mask_high: float = Field(2.0, ge=1.0)
+    """seq-mask / geo-mask: the highest ratio (or geometric mean). The defaults suit the sequence ratio;
+    the geometric mean of a per-token mismatch is far tighter (verl uses [0.999, 1.001] for it)."""
 
     @field_validator("estimator")
     @classmethod
@@ -274,6 +295,15 @@ class AlgorithmConfig(Section):
         if name not in ESTIMATORS:
             raise ValueError(f"algorithm.estimator={name!r} is unknown; valid: {', '.join(sorted(ESTIMATORS))}")
         return name
+
+    @field_validator("rollout_correction")
+    @classmethod
+    def _known_correction(cls, mode: str) -> str:
+        from gigpo.trainer.rollout_correction import CORRECTION_MODES
+
+        if mode not in CORRECTION_MODES:
+            raise ValueError(f"algorithm.rollout_correction={mode!r} is unknown; valid: {', '.join(CORRECTION_MODES)}")
+        return mode
     value_clip: Optional[float] = Field(0.2, gt=0.0)
     """PPO critic: clip new values to values_old +- this in the value loss; None for a plain squared error."""
 

@@ -58,15 +58,16 @@ class TrainSample:
     """(R,) PPO: critic values before the update (value clipping)."""
     action_mask: Optional[Tensor] = None
     """(R,) 1 on the tokens that spell the action (gigpo.trainer.action_tokens), for per-action diagnostics."""
-    is_weight: Optional[Tensor] = None
-    """(R,) rollout.mode=async: truncated importance weights of the behaviour policy (gigpo.trainer.off_policy)."""
+    logp_behaviour: Optional[Tensor] = None
+    """(R,) log-probs the generator sampled the response with, for the rollout correction
+    (gigpo.trainer.rollout_correction); None when the correction is off."""
 
     def __post_init__(self) -> None:
         if not self.response_ids:
             raise ValueError("TrainSample.response_ids is empty: a step must have at least one response token")
         if not self.prompt_ids:
             raise ValueError("TrainSample.prompt_ids is empty: the first response token needs a prompt to condition on")
-        for name in ("logp_old", "logp_ref", "returns", "values_old", "action_mask", "is_weight"):
+        for name in ("logp_old", "logp_ref", "returns", "values_old", "action_mask", "logp_behaviour"):
             value = getattr(self, name)
             if value is not None and value.shape != (len(self.response_ids),):
                 raise ValueError(f"TrainSample.{name} has shape {tuple(value.shape)}, expected ({len(self.response_ids)},) "
@@ -314,7 +315,7 @@ def _per_token(sample: TrainSample, name: str) -> Optional[Tensor]:
     return None if value is None else value.float()
 
 
-TOKEN_FIELDS = ("advantage", "logp_old", "logp_ref", "returns", "values_old", "action_mask", "is_weight")
+TOKEN_FIELDS = ("advantage", "logp_old", "logp_ref", "returns", "values_old", "action_mask", "logp_behaviour")
 
 
 def _packed_rows(chosen: Sequence[TrainSample]):

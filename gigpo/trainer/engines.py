@@ -32,7 +32,8 @@ from gigpo.cpu_bf16 import bf16_matmuls  # noqa: E402
 from gigpo.trainer.batching import Layout, MicroBatch, TrainSample, collate, plan_micro_batches, unpad  # noqa: E402
 from gigpo.trainer.losses import aggregate, kl_k3, policy_loss, token_logp_entropy, value_loss  # noqa: E402
 from gigpo.trainer import lora  # noqa: E402
-from gigpo.trainer.off_policy import weighted_policy_loss  # noqa: E402
+from gigpo.trainer.rollout_correction import (Correction, SUM as CORRECTION_SUM, corrected_policy_loss,  # noqa: E402
+                                               correction_from_config, correction_means)
 from gigpo.trainer.nonfinite import NonFiniteError  # noqa: E402  (the one NaN/inf exception; re-exported)
 from gigpo.seeds import minibatch_seed  # noqa: E402
 
@@ -76,6 +77,10 @@ class LossSettings:
     loss_agg: Literal["token-mean", "seq-mean"]
     value_clip: Optional[float]
     """Critic: PPO's clipped value loss around values_old (None: plain squared error)."""
+    correction: Optional[Correction] = None
+    """The rollout correction (gigpo.trainer.rollout_correction); None: off."""
+    old_is_behaviour: bool = False
+    """logp_old are the generator's own (trainer.old_logprobs: generator): the correction reads live log-probs."""
 
 
 def settings_from_config(config: Any, critic: bool = False) -> tuple[EngineSettings, LossSettings]:
@@ -89,8 +94,11 @@ def settings_from_config(config: Any, critic: bool = False) -> tuple[EngineSetti
         temperature=config.rollout.temperature or 1.0,  # greedy rollouts (0): score the plain distribution
         layout=t.layout, minibatch_by_prompt=t.minibatch_by_prompt, lora=lora.lora_settings(config),
         mini_batches=t.mini_batches)
+    from gigpo.trainer.setup import old_logprobs_from_generator
+
     loss = LossSettings(clip_low=a.clip_low, clip_high=a.clip_high, kl_coef=a.kl_coef,
-                        entropy_coef=a.entropy_coef, loss_agg=a.loss_agg, value_clip=a.value_clip)
+                        entropy_coef=a.entropy_coef, loss_agg=a.loss_agg, value_clip=a.value_clip,
+                        correction=correction_from_config(config), old_is_behaviour=old_logprobs_from_generator(config))
     return engine, loss
 
 
@@ -243,7 +251,7 @@ class _PolicyForward(_MicroBatchedModel):
 def check_finite(samples: Sequence[TrainSample]) -> None:
     """Reject NaN/inf advantages, log-probs, returns or values, naming the sample and field."""
     for i, sample in enumerate(samples):
-        for name in ("advantage", "logp_old", "logp_ref", "returns", "values_old", "action_mask", "is_weight"):
+        for name in ("advantage", "logp_old", "logp_ref", "returns", "values_old", "action_mask"):
             value = getattr(sample, name)
             if value is None:
                 continue
@@ -317,6 +325,8 @@ class _TrainedEngine(_MicroBatchedModel):
     engine: Any
     updates: int = 0
     """update() calls so far; seeds each call's shuffle, restored from checkpoints."""
+    step_in_update: int = 0
+    """Optimizer steps of this update() taken before the mini-batch in progress (0: the weights are its start)."""
     _value_head: bool = False
 
     def __init__(self, model_path: str, settings: EngineSettings, loss: LossSettings):
@@ -348,6 +358,7 @@ class _TrainedEngine(_MicroBatchedModel):
         for mini in minibatches([x.prompt_ids for x in samples], s.mini_batch_size, s.ppo_epochs,
                                 minibatch_seed(s.seed, self.updates), s.minibatch_by_prompt, s.mini_batches):
             subset = [samples[i] for i in mini]
+            self.step_in_update = steps
             tokens = sum(len(x.response_ids) for x in subset)
             denominator = float(tokens if self._loss_agg() == "token-mean" else len(subset))
             finite = True
@@ -393,8 +404,9 @@ class _TrainedEngine(_MicroBatchedModel):
             for key, value in part.items():
                 totals[key] += value
         metrics = {key: value / steps for key, value in totals.items()  # mean over optimizer steps
-                   if not key.startswith(ACTION_SUM)}
+                   if not key.startswith((ACTION_SUM, CORRECTION_SUM))}
         metrics.update(action_means(totals))
+        metrics.update(correction_means(totals))
         counts = all_gather_objects((micro, packed, budget_used, real))
         metrics.update({
             f"{self._prefix}/grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else float("nan"),
@@ -441,9 +453,16 @@ class ActorEngine(_TrainedEngine, _PolicyForward):
                              "actor.compute_log_probs(samples) before the first mini-batch step")
         logp, entropy = self._logp_entropy(mb, with_entropy=True)
         mask, agg = mb.mask, L.loss_agg
-        if "is_weight" in mb.fields:  # rollout.mode=async: decoupled PPO on stale samples (gigpo.trainer.off_policy)
-            pg, clipped = weighted_policy_loss(logp, mb.fields["logp_old"], mb.fields["advantage"],
-                                               mb.fields["is_weight"], L.clip_low, L.clip_high)
+        correction: dict[str, float] = {}
+        if L.correction is not None:  # the generator/trainer mismatch (gigpo.trainer.rollout_correction)
+            if "logp_behaviour" not in mb.fields:
+                raise ValueError("algorithm.rollout_correction needs logp_behaviour (the generator's log-probs) on "
+                                 "every TrainSample: RolloutPipeline.correct(samples, ...) attaches them")
+            pg, clipped, correction = corrected_policy_loss(
+                logp, mb.fields["logp_old"], mb.fields["logp_behaviour"], mb.fields["advantage"], mask,
+                L.clip_low, L.clip_high, L.correction, L.old_is_behaviour)
+            if L.old_is_behaviour and self.step_in_update > 0:  # the live policy has moved: its gap to the
+                correction = {}  # generator is no longer the mismatch, so only the first mini-batch is measured
         else:
             pg, clipped = policy_loss(logp, mb.fields["logp_old"], mb.fields["advantage"], L.clip_low, L.clip_high)
         pg_loss = aggregate(pg, mask, agg, denominator)
@@ -461,6 +480,7 @@ class ActorEngine(_TrainedEngine, _PolicyForward):
             loss = loss + L.kl_coef * kl
             parts["loss/kl"] = kl.item()
         parts["loss/total"] = loss.item()
+        parts.update(correction)
         if "action_mask" in mb.fields:
             parts.update(action_sums(mb.fields["action_mask"] * mask, logp.detach(), mb.fields["logp_old"],
                                      mb.fields.get("logp_ref"), entropy.detach(), clipped))

@@ -26,6 +26,7 @@ from gigpo.config import Config
 from gigpo.seeds import probe_seed, rollout_sampling_seed, train_seeds
 from gigpo.trainer.nonfinite import require_finite
 from gigpo.trainer.pipeline import RolloutPipeline
+from gigpo.trainer.rollout_correction import correction_from_config
 from gigpo.trainer.setup import Run
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
     # the next rollout overlapping this update; gigpo/trainer/pipeline.py)
     run.pipeline = RolloutPipeline((lambda iteration: play(run, iteration)) if run.main else None, run.generator,
                                    r.mode, r.max_staleness, version=run.state["iteration"],
-                                   last_iteration=config.trainer.iterations, importance_cap=r.importance_cap,
+                                   last_iteration=config.trainer.iterations, correction=correction_from_config(config),
                                    mixed_versions=r.group_versions == "mixed")
     try:
         if run.main and run.state["iteration"] == 0 and not (run.run_dir / "metrics.jsonl").exists():
@@ -215,7 +216,7 @@ def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list]
         if run.reference is not None:
             for sample, logp in zip(samples, run.reference.compute_log_probs(samples)):
                 sample.logp_ref = logp
-        # async mode: every sample's staleness checked, and its truncated importance weights attached
+        # async mode: every sample's staleness checked; with the rollout correction, the generator's log-probs attached
         metrics.update(run.pipeline.correct(samples, batch.policy_version, batch.behaviour_logprobs))
 
     # ---- PPO-clip update (and the critic's)

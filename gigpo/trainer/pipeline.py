@@ -22,8 +22,11 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Generic, Iterable, Optional, Sequence, TypeVar
 
+import torch
+
 from gigpo.rollout.generator import Generator
-from gigpo.trainer.off_policy import importance_weights, staleness
+from gigpo.trainer.off_policy import staleness
+from gigpo.trainer.rollout_correction import Correction
 
 T = TypeVar("T")
 
@@ -99,19 +102,19 @@ class ProducerGenerator(Generator):
 
 class RolloutPipeline(Generic[T]):
     """`collect(i)` -> iteration i's rollout; `sync(weights, i)` after its update; `call(fn)` for evaluation;
-    `correct(samples, steps)` before the update; `close()` in the loop's `finally`, before the generator
-    and pools close. Built on every rank; only rank 0 has a generator (`produce` and `generator` None
+    `correct(samples, versions, behaviour_logprobs)` before the update; `close()` in the loop's `finally`,
+    before the generator and pools close. Built on every rank; only rank 0 has a generator (`produce` and `generator` None
     elsewhere), the others only join the collective weight gathering and compute the same corrections."""
 
     def __init__(self, produce: Optional[Callable[[int], T]], generator: Optional[Generator], mode: str = "sync",
                  max_staleness: int = 1, version: int = 0, last_iteration: Optional[int] = None,
-                 importance_cap: float = 2.0, mixed_versions: bool = False) -> None:
+                 correction: Optional[Correction] = None, mixed_versions: bool = False) -> None:
         if mode not in ("sync", "async"):
             raise ValueError(f"rollout.mode={mode!r} must be sync or async")
         if max_staleness < 1:
             raise ValueError(f"rollout.max_staleness={max_staleness} must be at least 1")
         self.produce, self.mode, self.max_staleness = produce, mode, max_staleness
-        self.importance_cap, self.last_iteration = importance_cap, last_iteration
+        self.correction, self.last_iteration = correction, last_iteration
         self.generator = generator
         self.history = [version]
         """Versions in the order they were synced (the first: the weights the run started from)."""
@@ -184,20 +187,21 @@ class RolloutPipeline(Generic[T]):
 
     def correct(self, samples: Sequence[Any], versions: Sequence[int],
                 behaviour_logprobs: Sequence[Sequence[float]]) -> dict[str, float]:
-        """async: check every sample's staleness (`versions`: the policy version that sampled each) and attach
-        its truncated importance weights against the generator's `behaviour_logprobs` (after the trainer's
-        `logp_old`, before the update). sync: nothing to correct."""
-        if not self.is_async:
-            return {}
-        position = {v: i for i, v in enumerate(self.history)}
-        unknown = sorted({int(v) for v in versions} - set(position))
-        if unknown:
-            raise RuntimeError(f"samples of policy versions {unknown} were never synced (known: {self.history})")
-        metrics = staleness(len(self.history) - 1, [position[int(v)] for v in versions], self.max_staleness)
-        weights, stats = importance_weights([s.logp_old for s in samples], behaviour_logprobs, self.importance_cap)
-        for sample, w in zip(samples, weights):
-            sample.is_weight = w
-        return {**metrics, **stats}
+        """Before the update, in either mode. async: check every sample's staleness (`versions`: the policy
+        version that sampled each). With the rollout correction on (algorithm.rollout_correction; async's
+        default): attach the generator's `behaviour_logprobs` to each sample, from which the actor's loss
+        weights and masks it (gigpo.trainer.rollout_correction) and logs the mismatch."""
+        metrics: dict[str, float] = {}
+        if self.is_async:
+            position = {v: i for i, v in enumerate(self.history)}
+            unknown = sorted({int(v) for v in versions} - set(position))
+            if unknown:
+                raise RuntimeError(f"samples of policy versions {unknown} were never synced (known: {self.history})")
+            metrics = staleness(len(self.history) - 1, [position[int(v)] for v in versions], self.max_staleness)
+        if self.correction is not None:
+            for sample, behaviour in zip(samples, behaviour_logprobs):
+                sample.logp_behaviour = torch.as_tensor(behaviour, dtype=torch.float32)
+        return metrics
 
     def close(self) -> None:
         """Abandon rollouts not yet trained on and join the producer thread (no thread outlives the run).

@@ -7,7 +7,6 @@ versions); only the trainer's update is stood in for by a sleep, since schedulin
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import threading
@@ -22,7 +21,7 @@ from support.run import WARM, metrics_of, processes_with, train, train_and_kill_
 
 from gigpo.rollout.records import StepRecord
 from gigpo.rollout.types import SamplingSettings
-from gigpo.trainer.off_policy import importance_weights, staleness, truncated_importance_weights, weighted_policy_loss
+from gigpo.trainer.off_policy import staleness
 from gigpo.trainer.pipeline import PipelineStopped, RolloutPipeline
 
 ASYNC = ["rollout.mode=async", "rollout.max_staleness=1"]
@@ -47,51 +46,15 @@ def test_async_keys_resolve_and_bad_values_name_the_key() -> None:
             load_config(recipe, ["rollout.mode=async", override])
 
 
-# --------------------------------------------------------------------------- the loss, by hand
+# --------------------------------------------------------------------------- the loss
 
-def test_truncated_importance_weights_on_the_ppo_clip_loss_by_hand() -> None:
-    logp_old = torch.tensor([-1.0, -0.5, -2.0])
-    behaviour = torch.tensor([-1.2, -1.5, -1.0])
-    logp = torch.tensor([-0.9, -0.5, -2.5], requires_grad=True)
-    adv = torch.tensor([1.0, -1.0, 2.0])
-    # w = min(exp(old - behaviour), 2): e^0.2, e^1.0 cut to 2, e^-1
-    w_hand = [math.exp(0.2), 2.0, math.exp(-1.0)]
-    w = truncated_importance_weights(logp_old, behaviour, cap=2.0)
-    # r = exp(logp - old): e^0.1 (inside [0.8, 1.2]), 1, e^-0.5 (below 0.8, A > 0: the unclipped r*A is smaller)
-    r = [math.exp(0.1), 1.0, math.exp(-0.5)]
-    loss_hand = [-r[0] * 1.0 * w_hand[0], -(-1.0) * r[1] * w_hand[1], -r[2] * 2.0 * w_hand[2]]
-    loss, clipped = weighted_policy_loss(logp, logp_old, adv, w, 0.2, 0.2)
-    # fp32 of values ~1-2: a few epsilons (1.2e-7) relative; 1e-6 absolute is ~4 ulps at 2
-    assert w.tolist() == pytest.approx(w_hand, abs=1e-6)
-    assert loss.tolist() == pytest.approx(loss_hand, abs=1e-6)
-    assert clipped.tolist() == [0.0, 0.0, 0.0]
-    loss.sum().backward()  # the weights are constants: d loss / d logp = -A * r * w on unclipped tokens
-    assert logp.grad.tolist() == pytest.approx([-1.0 * r[0] * w_hand[0], 1.0 * r[1] * w_hand[1], -2.0 * r[2] * w_hand[2]],
-                                               abs=1e-6)
-    _, stats = importance_weights([logp_old], [behaviour.tolist()], cap=2.0)
-    assert stats["async/is_weight_mean"] == pytest.approx(sum(w_hand) / 3, abs=1e-6)
-    assert stats["async/is_truncated_share"] == pytest.approx(1 / 3)
-    with pytest.raises(ValueError, match="rollout.importance_cap"):
-        truncated_importance_weights(logp_old, behaviour, cap=0.5)
+def test_async_mode_corrects_with_capped_token_weights_by_default() -> None:
+    """The weights themselves, by hand and in the actor's update: tests/trainer/test_rollout_correction.py."""
+    from gigpo.config import load_config
+    from gigpo.trainer.rollout_correction import Correction, correction_from_config
 
-
-def test_the_actor_update_applies_the_weights(tiny_model_dir) -> None:
-    from trainer_helpers import engine_settings, loss_settings, make_samples
-
-    from gigpo.trainer.engines import ActorEngine
-
-    actor = ActorEngine(str(tiny_model_dir), engine_settings(mini_batch_size=64),
-                        loss_settings(kl_coef=0.0, entropy_coef=0.0))
-    samples = make_samples()
-    for sample, logp in zip(samples, actor.compute_log_probs(samples)):
-        sample.logp_old, sample.advantage = logp, 1.0
-    for weight, policy_loss in ((0.0, 0.0), (2.0, -2.0)):
-        for sample in samples:
-            sample.is_weight = torch.full((len(sample.response_ids),), weight)
-        metrics = actor.update(samples)  # one optimizer step, at ratio 1: loss = -A * w on every token
-        # a token-mean of equal fp32 values: exact up to a few ulps of 2
-        assert metrics["loss/policy"] == pytest.approx(policy_loss, abs=1e-6)
-        assert (metrics["actor/grad_norm"] == 0.0) == (weight == 0.0)  # weight 0: no gradient, weights unchanged
+    config = load_config("recipes/sokoban_tiny.yaml", [*ASYNC, "rollout.importance_cap=3"])
+    assert correction_from_config(config) == Correction(token=True, mask=None, cap=3.0, mask_low=0.5, mask_high=2.0)
 
 
 def test_staleness_beyond_the_bound_is_refused() -> None:
@@ -292,9 +255,9 @@ def test_async_run_trains_checkpoints_and_leaves_no_process(tmp_path: Path, monk
     assert first["async/staleness_max"] == 0  # iteration 1 plays on the starting weights
     assert second["async/staleness_max"] == second["async/staleness_mean"] == 1  # played during update 1
     for r in records[1:]:
-        assert 0 < r["async/is_weight_mean"] <= 2.0 and 0 <= r["async/is_truncated_share"] <= 1
+        assert 0 < r["correction/weight_mean"] <= 2.0 and 0 <= r["correction/truncated_share"] <= 1
     # iteration 1: the hf backend holds the actor's fp32 weights, so behaviour = trainer: every weight is 1
-    assert first["async/is_weight_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert first["correction/weight_mean"] == pytest.approx(1.0, abs=1e-5)
     assert second["actor/grad_norm"] > 0 and np.isfinite(second["loss/policy"])
     assert (run / "checkpoints" / "2" / "meta.json").is_file()
     assert json.loads((run / "done.json").read_text())["iterations"] == 2

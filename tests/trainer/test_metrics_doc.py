@@ -24,8 +24,10 @@ NOT_IN_THIS_RUN = {
     "env/*": "no env faults happen",
     "async/staleness_max": "rollout.mode=async only (tests/trainer/test_async_mode.py checks them)",
     "async/staleness_mean": "rollout.mode=async only",
-    "async/is_weight_mean": "rollout.mode=async only",
-    "async/is_truncated_share": "rollout.mode=async only",
+    "correction/weight_mean": "algorithm.rollout_correction on only (test_rollout_correction.py checks them)",
+    "correction/truncated_share": "algorithm.rollout_correction on only",
+    "correction/masked_share": "algorithm.rollout_correction on only",
+    "correction/kl_k3": "algorithm.rollout_correction on only",
     "adv/step_group_size/<k>": "matched by its expansion adv/step_group_size/1.. below",
 }
 
