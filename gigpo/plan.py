@@ -39,7 +39,7 @@ ZERO3_LIVE_PARAMS = 1e9
 ALLOCATOR_MARGIN = 0.08
 """Added to the training state and activations: transient tensors the plan does not list (optimizer-step
 temporaries, allocator rounding). Calibrated on the only GPU measurements (docs/gpu.md, base05b on an H200,
-ZeRO 0 and 3): with it the plan is 4-5% above them, without it 3% below."""
+ZeRO 0 and 3): with it the plan is 4-5% above them, without it 3-4% below."""
 ENV_WORKER_GIB = {"alfworld": 0.4, "webshop": 0.4, "default": 0.15}
 """Host RSS per env worker process, by env family. WebShop's is measured (a 100k-product index: ~0.33 GiB,
 docs/benchmarks.md); ALFWorld's (TextWorld's PDDL engine) and the default are rough guesses, not measured."""
