@@ -32,7 +32,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     except PlanError as exc:
         print(f"gigpo: {exc}", file=sys.stderr)
         return 2
-    print(render(plan, config), end="")
+    print(render(plan, config, args.gpu_gib), end="")
     return 0
 
 

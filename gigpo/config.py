@@ -99,8 +99,11 @@ class RolloutConfig(Section):
     stop: list[str] = Field(default_factory=lambda: ["</action>"])
     """Strings that end a response (kept in it). The default ends generation at the built-in envs' closing
     action tag, so no tokens are spent after the action; set [] for an env whose answers end otherwise."""
-    verify_sync: bool = False
-    """After every weight sync, compare generator and trainer log-probs on a probe sequence."""
+    verify_sync: bool | Literal["auto"] = "auto"
+    """After every weight sync, compare generator and trainer log-probs on a probe sequence; a gap over the
+    bound stops training (gigpo/rollout/verify.py). auto: on with the vllm backends in rollout.mode=sync (a
+    reloaded engine, CUDA graphs included, is checked), off with hf (the generator loads the actor's own
+    tensors) and in async mode (the actor trains on while the generator loads). Resolved to true/false on load."""
     weight_sync: Literal["shm", "nccl"] = "shm"
     """How weights reach vLLM: a safetensors file in /dev/shm (one machine) or a broadcast from the trainer
     into the engine's workers (NCCL to other GPUs or hosts, gloo on CPUs or a shared GPU; docs/generation.md)."""
@@ -117,8 +120,17 @@ class RolloutConfig(Section):
     weights change)."""
     max_num_seqs: int = Field(256, gt=0)
     enforce_eager: bool = False
-    """vLLM: skip torch.compile, so the engine starts sooner (the tests use it); its effect on
-    generation speed was not measured here."""
+    """vLLM: skip torch.compile and CUDA graphs, so the engine starts sooner (the CPU tests use it). Off by
+    default: on a GPU vLLM captures CUDA graphs, and every sync into them is checked by verify_sync; its
+    effect on generation speed was not measured here."""
+    sleep_level: Literal[0, 1, 2] = 1
+    """vLLM in process on CUDA, rollout.mode=sync: the engine sleeps while the trainer computes log-probs and
+    updates (vLLM's sleep mode). 1: its weights go to host RAM and its KV cache is dropped; 2: both are
+    dropped (the sync reloads the weights; less host RAM); 0: it never sleeps. No effect on CPU (logged once),
+    with hf or vllm-server, or in async mode (the engine generates during the update)."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """vllm: ranks that share one engine (vLLM's external-launcher mode); rollout data parallelism is then
+    trainer.nprocs / tensor_parallel_size engines. Needs several GPUs: not run yet (docs/gpu.md)."""
     request_timeout_s: float = Field(300.0, gt=0)
     """vllm-server: longest a generate request may take before the server counts as stuck."""
     turns: Literal["auto", "batched", "async"] = "auto"
@@ -157,8 +169,24 @@ class RolloutConfig(Section):
                              "may lag the trainer in rollout.mode=async (1: the next rollout overlaps this update)")
         return k
 
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_verify_sync(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("verify_sync", "auto") == "auto":
+            auto = data.get("backend", "vllm") != "hf" and data.get("mode", "sync") == "sync"
+            data = {**data, "verify_sync": auto}
+        return data
+
     @model_validator(mode="after")
     def _async_mode_settings(self) -> "RolloutConfig":
+        if self.tensor_parallel_size > 1 and self.backend != "vllm":
+            raise ValueError(f"rollout.tensor_parallel_size={self.tensor_parallel_size} shards the in-process vLLM engine "
+                             f"over ranks, but rollout.backend={self.backend}: use rollout.backend=vllm, or "
+                             "rollout.tensor_parallel_size=1")
+        if self.tensor_parallel_size > 1 and self.turns == "async":
+            raise ValueError(f"rollout.turns=async with rollout.tensor_parallel_size={self.tensor_parallel_size}: the "
+                             "ranks of one engine must send it the same requests in the same order, which turns that "
+                             "follow each env step's timing do not; use rollout.turns=batched (auto picks it)")
         if self.mode == "async" and self.verify_sync:
             raise ValueError("rollout.verify_sync=true compares the generator with the actor right after a sync, but in "
                              "rollout.mode=async the actor trains on while the generator takes the weights: use "
@@ -334,6 +362,10 @@ class TrainerConfig(Section):
     (docs/results.md, E2). Without effect when one mini-batch holds the whole iteration."""
     zero_stage: int = Field(2, ge=0, le=3)
     nprocs: int = Field(1, ge=1)
+    offload_reference: bool = False
+    """On CUDA: keep the KL reference in host RAM while the generator runs, and on the GPU only for the
+    log-probs and update phase (frees its weights for vLLM's KV cache). ZeRO 0-2 only (under ZeRO-3 each
+    rank holds 1/nprocs of it). No effect on CPU."""
     seed: int = 0
     run_dir: str = "runs/default"
     save_every: int = Field(10, ge=1)
@@ -391,6 +423,14 @@ class Config(Section):
             raise ValueError("model.chat_template=none (plain-text prompts for a base model) needs rollout.stop: a "
                              "base model rarely ends its answer with EOS, so set e.g. rollout.stop=['</action>'] "
                              "(kept in the output, so the action still parses)")
+        tp, ranks = self.rollout.tensor_parallel_size, self.trainer.nprocs
+        if ranks % tp:
+            raise ValueError(f"rollout.tensor_parallel_size={tp} must divide trainer.nprocs={ranks}: each engine spans "
+                             f"{tp} ranks and rollout data parallelism is nprocs / tensor_parallel_size; set "
+                             f"trainer.nprocs to a multiple of {tp} or rollout.tensor_parallel_size to a divisor of {ranks}")
+        if self.trainer.offload_reference and self.trainer.zero_stage == 3:
+            raise ValueError("trainer.offload_reference=true needs trainer.zero_stage 0-2: under ZeRO-3 the reference "
+                             "is partitioned (1/nprocs per rank); set trainer.offload_reference=false")
         if self.trainer.old_logprobs == "generator" and self.rollout.mode == "async":
             raise ValueError("trainer.old_logprobs=generator cannot be used with rollout.mode=async: the generator's "
                              "log-probs are those of a stale policy (the behaviour one), and the PPO ratio needs the "

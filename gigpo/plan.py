@@ -7,13 +7,18 @@ config.json, or a table of known shapes for hub ids that are not on disk) and th
 no weights are loaded. The byte counts per parameter follow what DeepSpeed holds (docs/trainer.md,
 docs/benchmarks.md "Memory"): bf16 weights, fp32 gradients, fp32 master weights and two AdamW moments,
 each divided over the ranks by the ZeRO stage that partitions it. Activations are an estimate at the
-micro-token budget; docs/benchmarks.md states how far the total is from measured peaks.
+micro-token budget; docs/trainer.md states how far the total is from measured peaks.
+
+On GPUs every rank is colocated: it holds its DeepSpeed shard and its own vLLM engine (a 1/TP shard of
+one with rollout.tensor_parallel_size), and the run moves between two memory phases
+(gigpo/trainer/memory_phases.py): generation (training state resident, vLLM awake) and update (training
+state, activations, and what vLLM keeps while asleep). A rank's peak is its larger phase, not the sum.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -26,6 +31,15 @@ VLLM_GPU_OVERHEAD_GIB = 2.0
 """GPU memory vLLM reserves inside its share besides weights and KV cache (CUDA graphs, sampler peak)."""
 CUDA_CONTEXT_GIB = 0.6
 """GPU memory a process's CUDA context and kernels take before any tensor."""
+VLLM_ASLEEP_GIB = 2.0
+"""GPU memory a sleeping vLLM engine keeps (what sleep mode does not unmap: CUDA graphs' pool, the
+sampler's buffers); an estimate, not measured: taken as its whole overhead."""
+ZERO3_LIVE_PARAMS = 1e9
+"""DeepSpeed's stage3_max_live_parameters default: parameters ZeRO-3 may hold gathered at once."""
+ALLOCATOR_MARGIN = 0.08
+"""Added to the training state and activations: transient tensors the plan does not list (optimizer-step
+temporaries, allocator rounding). Calibrated on the only GPU measurements (docs/gpu.md, base05b on an H200,
+ZeRO 0 and 3): with it the plan is 4-5% above them, without it 3-4% below."""
 ENV_WORKER_GIB = {"alfworld": 0.4, "webshop": 0.4, "default": 0.15}
 """Host RSS per env worker process, by env family. WebShop's is measured (a 100k-product index: ~0.33 GiB,
 docs/benchmarks.md); ALFWorld's (TextWorld's PDDL engine) and the default are rough guesses, not measured."""
@@ -154,6 +168,8 @@ class Plan:
     env_workers: int
     env_worker_gib: float
     vllm_share_of: Optional[float] = None
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)
+    """GPU: each memory phase's parts on one rank ("generation", "update"); empty on CPU."""
 
     @property
     def trainer_bytes(self) -> float:
@@ -163,13 +179,19 @@ class Plan:
     def generator_bytes(self) -> float:
         return sum(self.generator.values())
 
+    def peak_phase(self) -> tuple[str, float]:
+        """The phase whose parts weigh most on one rank's GPU, and its bytes."""
+        return max(((name, sum(parts.values())) for name, parts in self.phases.items()), key=lambda p: p[1])
+
     def rank0_device_bytes(self) -> float:
-        """What rank 0's device (GPU; host RAM on CPU) must hold: the trainer plus the generator."""
-        return self.trainer_bytes + self.generator_bytes + (CUDA_CONTEXT_GIB * GIB if self.on_gpu else 0)
+        """What one rank's device must hold at its peak: its larger phase on a GPU, the trainer and the
+        generator in host RAM on CPU."""
+        if self.on_gpu:
+            return self.peak_phase()[1]
+        return self.trainer_bytes + self.generator_bytes
 
     def host_total(self) -> float:
-        ranks_here = self.nprocs
-        return ranks_here * self.host_rank + self.host_rank0_extra
+        return self.nprocs * self.host_rank + self.host_rank0_extra
 
 
 def plan_for(config: Any, on_gpu: Optional[bool] = None, gpu_gib: Optional[float] = None) -> Plan:
@@ -187,11 +209,14 @@ def plan_for(config: Any, on_gpu: Optional[bool] = None, gpu_gib: Optional[float
     trainable = shape.lora_params(m.lora.rank) if lora else p
     optimizer_bytes = (12 if m.dtype == "bf16" else 8) * trainable  # fp32 master (bf16 only) + 2 AdamW moments
 
+    # gradients: fp32 accumulators, plus the bf16 .grad DeepSpeed's bf16 optimizers reduce from
     trainer = {
         "weights": p * wbytes / (n if z == 3 else 1),
-        "gradients": 4 * trainable / (n if z >= 2 else 1),
+        "gradients": (4 + (2 if wbytes == 2 else 0)) * trainable / (n if z >= 2 else 1),
         "optimizer": optimizer_bytes / (n if z >= 1 else 1),
     }
+    if z == 3:  # layers gathered whole for the forward/backward, up to DeepSpeed's live-parameter cap
+        trainer["ZeRO-3 gathered"] = min(p, ZERO3_LIVE_PARAMS) * wbytes
     if a.kl_coef > 0 and not lora:  # LoRA's reference is the actor with adapters off
         trainer["reference"] = p * wbytes / (n if z == 3 else 1)
     if a.estimator == "ppo":
@@ -199,24 +224,53 @@ def plan_for(config: Any, on_gpu: Optional[bool] = None, gpu_gib: Optional[float
         trainer["critic"] = body * (wbytes + 4 + optimizer_bytes / trainable) / (n if z == 3 else 1)
     trainer["activations"] = activation_bytes(shape, t.micro_token_budget, wbytes, m.gradient_checkpointing,
                                               r.max_new_tokens / (r.max_new_tokens + r.max_prompt_tokens))
+    trainer["allocator margin"] = ALLOCATOR_MARGIN * sum(trainer.values())
 
     generator = generator_bytes(config, shape, wbytes, on_gpu, gpu_gib)
-    env_workers = e.workers or (os.cpu_count() or 1)
+    # Every rank plays its share of the rollout with its own generator and env workers (env.workers each,
+    # or this machine's cores split over the ranks).
+    env_workers = e.workers or max(1, (os.cpu_count() or 1) // n)
     family = next((k for k in ENV_WORKER_GIB if k in e.id.lower()), "default")
-    host_rank = PROCESS_BASE_GIB * GIB + (0 if on_gpu else sum(trainer.values()))
-    # Loading: each rank reads its weights through host memory once (transformers' loader); rank 0 gathers
-    # the whole model to save a checkpoint.
-    host_rank += p * wbytes / (n if z == 3 else 1) if on_gpu else 0
-    host_rank0_extra = env_workers * ENV_WORKER_GIB[family] * GIB
-    if r.backend != "hf":
-        host_rank0_extra += VLLM_ENGINE_HOST_GIB * GIB
+    host_rank = PROCESS_BASE_GIB * GIB + env_workers * ENV_WORKER_GIB[family] * GIB
+    host_rank += VLLM_ENGINE_HOST_GIB * GIB if r.backend != "hf" else 0
+    sleeping = on_gpu and r.backend == "vllm" and r.mode == "sync" and r.sleep_level > 0
     if on_gpu:
-        host_rank0_extra += p * wbytes
+        # loading: each rank reads its weights through host memory once (transformers' loader)
+        host_rank += p * wbytes / (n if z == 3 else 1)
+        if sleeping and r.sleep_level == 1:  # level 1 parks the engine's weights in host RAM during the update
+            host_rank += generator["vLLM weights"]
+        if t.offload_reference and "reference" in trainer:
+            host_rank += trainer["reference"]
+        host_rank0_extra = p * wbytes  # rank 0 gathers the whole model to save a checkpoint
     else:
-        host_rank0_extra += sum(generator.values())
+        host_rank += sum(trainer.values()) + sum(generator.values())
+        host_rank0_extra = 0.0
     share = r.gpu_memory_utilization if on_gpu and r.backend != "hf" else None
+    phases = memory_phases(config, trainer, generator, sleeping) if on_gpu else {}
     return Plan(shape, source, n, on_gpu, trainer, generator if on_gpu else {}, host_rank, host_rank0_extra,
-                env_workers, ENV_WORKER_GIB[family], share)
+                env_workers, ENV_WORKER_GIB[family], share, phases)
+
+
+def memory_phases(config: Any, trainer: dict[str, float], generator: dict[str, float],
+                  sleeping: bool) -> dict[str, dict[str, float]]:
+    """One rank's GPU in each phase of the colocated timeline (gigpo/trainer/memory_phases.py).
+
+    generation: the training state stays resident (its activations' cached blocks were emptied), the
+    engine is awake, the reference is in host RAM with trainer.offload_reference. update: the training
+    state with activations, and the sleeping engine's remainder; an engine that does not sleep (sleep
+    level 0, hf, vllm-server, async mode where it generates during the update) stays whole in both."""
+    t = config.trainer
+    resident = {k: v for k, v in trainer.items() if k not in ("activations", "allocator margin")}
+    margin = lambda parts: {"allocator margin": ALLOCATOR_MARGIN * sum(parts.values())}  # noqa: E731
+    context = {"CUDA context": CUDA_CONTEXT_GIB * GIB}
+    in_generation = {k: v for k, v in resident.items()
+                     if not (k == "reference" and t.offload_reference) and k != "ZeRO-3 gathered"}
+    in_update = {**resident, "activations": trainer["activations"]}
+    engine_asleep = {"vLLM asleep": VLLM_ASLEEP_GIB * GIB} if sleeping else dict(generator)
+    if config.rollout.mode == "async":  # the engine generates while the update runs: both at once
+        in_generation = in_update
+    return {"generation": {**context, **in_generation, **margin(in_generation), **generator},
+            "update": {**context, **in_update, **margin(in_update), **engine_asleep}}
 
 
 def activation_bytes(shape: Shape, tokens: int, wbytes: int, checkpointing: bool, response_share: float) -> float:
@@ -238,14 +292,16 @@ def activation_bytes(shape: Shape, tokens: int, wbytes: int, checkpointing: bool
 
 
 def generator_bytes(config: Any, shape: Shape, wbytes: int, on_gpu: bool, gpu_gib: Optional[float]) -> dict[str, float]:
-    """Rank 0's generator copy. vLLM on a GPU takes gpu_memory_utilization of it: weights, overhead, and
-    the KV cache in what is left; on CPU its KV cache is rollout.kv_cache_gb of host RAM."""
+    """One rank's generator. vLLM on a GPU takes gpu_memory_utilization of it: its weights (a 1/TP shard
+    with rollout.tensor_parallel_size), overhead, and the KV cache in what is left; on CPU its KV cache is
+    rollout.kv_cache_gb of host RAM."""
     r = config.rollout
     weights = shape.params * wbytes
     if r.backend == "hf":
         return {"generator weights": weights, "generator prompt cache": r.kv_cache_gb * GIB}
     if not on_gpu:
         return {"vLLM weights": weights, "vLLM KV cache": r.kv_cache_gb * GIB}
+    weights /= r.tensor_parallel_size  # each rank of a tensor-parallel engine holds its shard
     share = r.gpu_memory_utilization * (gpu_gib or device_gib() or 80.0) * GIB
     return {"vLLM weights": weights, "vLLM overhead": VLLM_GPU_OVERHEAD_GIB * GIB,
             "vLLM KV cache": max(0.0, share - weights - VLLM_GPU_OVERHEAD_GIB * GIB)}
@@ -313,8 +369,8 @@ def biggest_lever(plan: Plan, config: Any) -> str:
 
 
 def check_fits(config: Any) -> Optional[Plan]:
-    """What `gigpo train` calls before any model loads: raise PlanError when rank 0 cannot fit in the
-    free memory of this machine's device (GPU when CUDA is visible, host RAM otherwise). Returns the plan,
+    """What `gigpo train` calls before any model loads: raise PlanError when a rank's peak phase cannot fit
+    in the free memory of this machine's device (GPU when CUDA is visible, host RAM otherwise). Returns the plan,
     or None when the shape is unknown (the launch goes on: the plan is advice, not a gate, there).
     GIGPO_PLAN_CHECK=0 skips the check."""
     if os.environ.get("GIGPO_PLAN_CHECK", "1") == "0":
@@ -328,15 +384,15 @@ def check_fits(config: Any) -> Optional[Plan]:
         return plan
     need = (plan.rank0_device_bytes() if plan.on_gpu else plan.host_total()) / GIB
     if need > free:
-        where = "GPU memory on rank 0" if plan.on_gpu else "host RAM"
+        where = f"GPU memory per rank (its {plan.peak_phase()[0]} phase)" if plan.on_gpu else "host RAM"
         raise PlanError(f"this launch needs about {need:.1f} GiB of {where}, and {free:.1f} GiB is free: it cannot "
                         f"fit. The biggest saving: {biggest_lever(plan, config)}. See `gigpo plan` for the parts; "
                         "GIGPO_PLAN_CHECK=0 launches anyway.")
     return plan
 
 
-def render(plan: Plan, config: Any) -> str:
-    """The report `gigpo plan` prints."""
+def render(plan: Plan, config: Any, gpu_gib: Optional[float] = None) -> str:
+    """The report `gigpo plan` prints; `gpu_gib`: the card the peak is compared with."""
     g = lambda b: f"{b / GIB:8.2f} GiB"  # noqa: E731
     s, t, r = plan.shape, config.trainer, config.rollout
     lines = [f"model: {s.params / 1e9:.3f}B parameters ({s.num_hidden_layers} layers, hidden {s.hidden_size}, "
@@ -345,27 +401,51 @@ def render(plan: Plan, config: Any) -> str:
              f"{t.micro_token_budget}, gradient checkpointing {'on' if config.model.gradient_checkpointing else 'off'}"
              + (f", LoRA rank {config.model.lora.rank} ({s.lora_params(config.model.lora.rank) / 1e6:.1f}M trainable)"
                 if config.model.lora.enabled else ""), ""]
-    device = "GPU" if plan.on_gpu else "host RAM (CPU training)"
-    lines.append(f"per rank, {device}:")
-    lines += [f"  {k:<22}{g(v)}" for k, v in plan.trainer.items()]
-    lines.append(f"  {'= every rank':<22}{g(plan.trainer_bytes)}")
     if plan.on_gpu:
-        lines.append(f"rank 0 also holds the generator ({r.backend}"
-                     + (f", gpu_memory_utilization {r.gpu_memory_utilization}" if plan.vllm_share_of else "") + "):")
-        lines += [f"  {k:<22}{g(v)}" for k, v in plan.generator.items()]
-        kv = plan.generator.get("vLLM KV cache")
-        if kv is not None:
-            per_token = kv_bytes_per_token(s, 2 if config.model.dtype == "bf16" else 4)
-            lines.append(f"  (KV cache holds ~{int(kv // per_token):,} tokens: "
-                         f"{kv / per_token / (r.max_prompt_tokens + r.max_new_tokens):.0f} full-length sequences)")
-        lines.append(f"  {'= rank 0 GPU':<22}{g(plan.rank0_device_bytes())}  (CUDA context included)")
-    lines += ["", "host RAM:", f"  {'each rank':<22}{g(plan.host_rank)}",
-              f"  {'rank 0 extra':<22}{g(plan.host_rank0_extra)}  (generator process"
-              + (", weights gathered for checkpoints" if plan.on_gpu else ", its weights and KV cache")
-              + f", {plan.env_workers} env workers)",
-              f"  {'= this machine':<22}{g(plan.host_total())}  (all {plan.nprocs} ranks on one machine)",
-              "", f"env workers: {plan.env_workers} processes (env.workers"
-              + (f"={config.env.workers}" if config.env.workers else " unset: one per CPU core here")
+        lines += _render_phases(plan, config, gpu_gib)
+    else:
+        lines.append("per rank, host RAM (CPU training):")
+        lines += [f"  {k:<22}{g(v)}" for k, v in plan.trainer.items()]
+        lines.append(f"  {'= every rank':<22}{g(plan.trainer_bytes)}")
+    lines += ["", "host RAM:", f"  {'each rank':<22}{g(plan.host_rank)}  (its generator process and "
+              f"{plan.env_workers} env workers" + (", vLLM's weights while it sleeps at level 1" if plan.on_gpu
+              and r.sleep_level == 1 and r.backend == "vllm" and r.mode == "sync" else "")
+              + ("" if plan.on_gpu else ", its training state and generator") + ")"]
+    if plan.host_rank0_extra:
+        lines.append(f"  {'rank 0 extra':<22}{g(plan.host_rank0_extra)}  (the whole model, gathered for checkpoints)")
+    lines += [f"  {'= this machine':<22}{g(plan.host_total())}  (all {plan.nprocs} ranks on one machine)",
+              "", f"env workers: {plan.env_workers} processes per rank (env.workers"
+              + (f"={config.env.workers}" if config.env.workers else " unset: this machine's cores over the ranks")
               + f"), each ~1 core while stepping and ~{plan.env_worker_gib:.2f} GiB;"
               f" {config.env.num_groups * config.env.group_size} environments per rollout."]
     return "\n".join(lines) + "\n"
+
+
+def _render_phases(plan: Plan, config: Any, gpu_gib: Optional[float]) -> list[str]:
+    """One rank's GPU in each memory phase, side by side, then the peak against the card."""
+    r = config.rollout
+    tp = r.tensor_parallel_size
+    engines = f"{plan.nprocs // tp} vLLM engine(s) of {tp} rank(s)" if r.backend == "vllm" else f"generator: {r.backend}"
+    sleep = (f"sleeps at level {r.sleep_level} during the update" if r.backend == "vllm" and r.mode == "sync"
+             and r.sleep_level else "never sleeps")
+    lines = [f"per rank, GPU, colocated ({engines}, gpu_memory_utilization {r.gpu_memory_utilization}; "
+             f"the engine {sleep}):", f"  {'':<22}{'generation':>12}{'update':>12}"]
+    update, generation = plan.phases["update"], plan.phases["generation"]
+    names = list(dict.fromkeys([k for k in update if k != "vLLM asleep"] + list(generation) + list(update)))
+    for name in names:
+        row = [plan.phases[p].get(name) for p in ("generation", "update")]
+        lines.append(f"  {name:<22}" + "".join(f"{v / GIB:8.2f} GiB" if v is not None else f"{'-':>12}" for v in row))
+    totals = [sum(plan.phases[p].values()) for p in ("generation", "update")]
+    lines.append(f"  {'= phase total':<22}" + "".join(f"{v / GIB:8.2f} GiB" for v in totals))
+    kv = plan.generator.get("vLLM KV cache")
+    if kv is not None:
+        per_token = kv_bytes_per_token(plan.shape, 2 if config.model.dtype == "bf16" else 4) / tp
+        lines.append(f"  (each engine's KV cache holds ~{int(kv // per_token):,} tokens: "
+                     f"{kv / per_token / (r.max_prompt_tokens + r.max_new_tokens):.0f} full-length sequences)")
+    name, peak = plan.peak_phase()
+    card = gpu_gib or device_gib()
+    left = (card or 0) - peak / GIB
+    spare = "" if not card else (f" of a {card:.0f} GiB card: {left:.1f} GiB ({left / card:.0%}) to spare" if left >= 0
+                                 else f": over a {card:.0f} GiB card by {-left:.1f} GiB")
+    lines.append(f"  peak per rank: {peak / GIB:.2f} GiB in {name} (the larger phase, not the sum){spare}")
+    return lines

@@ -35,12 +35,20 @@ class EngineSettings:
     weight_sync: Literal["shm", "nccl"] = _ROLLOUT.weight_sync
     max_lora_rank: Optional[int] = None
     """Set to serve LoRA adapters (adapter-only syncs, `load_adapter`); None: full-weight syncs only."""
+    sleep_level: int = 0
+    """vLLM's sleep mode on CUDA (enable_sleep_mode): the level the colocated engine sleeps at during the
+    update (gigpo/trainer/memory_phases.py); 0: built without it. Servers never sleep."""
+    tensor_parallel_size: int = _ROLLOUT.tensor_parallel_size
+    """Ranks sharing one engine through vLLM's external launcher (each rank runs this engine's shard)."""
 
     def __post_init__(self) -> None:
         canonical_dtype(self.dtype)  # an unknown dtype fails here, naming the supported ones
         if self.weight_sync not in ("shm", "nccl"):
             raise ValueError(f"weight_sync={self.weight_sync!r} is not supported; use shm (one machine) or nccl "
                              "(a broadcast: NCCL on GPUs, gloo on CPUs)")
+        if self.sleep_level not in (0, 1, 2) or self.tensor_parallel_size < 1:
+            raise ValueError(f"sleep_level={self.sleep_level} must be 0, 1 or 2 and tensor_parallel_size="
+                             f"{self.tensor_parallel_size} at least 1")
         if self.kv_cache_gb <= 0 or self.max_num_seqs < 1:
             raise ValueError(f"kv_cache_gb={self.kv_cache_gb} must be > 0 and max_num_seqs={self.max_num_seqs} >= 1")
 
@@ -51,7 +59,8 @@ class EngineSettings:
                    gpu_memory_utilization=rollout.gpu_memory_utilization,
                    enable_prefix_caching=rollout.enable_prefix_caching, max_num_seqs=rollout.max_num_seqs,
                    max_model_len=context_length(rollout), enforce_eager=rollout.enforce_eager,
-                   weight_sync=rollout.weight_sync)
+                   weight_sync=rollout.weight_sync, tensor_parallel_size=rollout.tensor_parallel_size,
+                   sleep_level=rollout.sleep_level if rollout.mode == "sync" and rollout.backend == "vllm" else 0)
 
     def replace(self, **changes) -> "EngineSettings":
         return replace(self, **changes)
@@ -68,6 +77,9 @@ class EngineSettings:
             args += ["--max-model-len", str(self.max_model_len)]
         if self.enforce_eager:
             args.append("--enforce-eager")
+        if self.tensor_parallel_size > 1:
+            raise ValueError(f"tensor_parallel_size={self.tensor_parallel_size} shards an in-process engine over the "
+                             "trainer's ranks; `gigpo serve` runs one engine per server: use rollout.backend=vllm")
         if self.max_lora_rank is not None:
             raise ValueError("max_lora_rank is set, but `gigpo serve` has no adapter route: serve adapters "
                              "with the in-process vllm backend, or sync merged weights to the server")

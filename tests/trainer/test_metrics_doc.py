@@ -19,6 +19,8 @@ NOT_IN_THIS_RUN = {
     "rollout/success/<task type>": "Sokoban reports no task types",
     "eval/success/<type>": "Sokoban reports no task types",
     "perf/peak_gpu_gb/<phase>": "CUDA only",
+    "perf/gpu_free_gb/<phase>": "CUDA only (memory phases)",
+    "time/phase_<phase>": "CUDA only (memory phases)",
     "env/*": "no env faults happen",
     "async/staleness_max": "rollout.mode=async only (tests/trainer/test_async_mode.py checks them)",
     "async/staleness_mean": "rollout.mode=async only",

@@ -1,0 +1,82 @@
+"""Memory phases and the GPU-layout settings on CPU: phases are a no-op that says so once, the generator
+still holds its weights afterwards; the settings' defaults resolve and their bad values are refused."""
+from __future__ import annotations
+
+import pytest
+
+from gigpo.config import RecipeError, load_config
+from gigpo.rollout.engine_settings import EngineSettings
+from gigpo.rollout.hf_backend import HFGenerator
+from gigpo.rollout.vllm_backend import parallel_kwargs
+from gigpo.trainer import memory_phases
+from gigpo.trainer.memory_phases import MemoryPhases, enter_phase
+
+GREEDY_PROMPTS = [[5, 6, 7, 8, 9], [11, 12, 13]]
+
+
+class _Run:
+    """What enter_phase reads of a Run (the loop's object), with real generator and no reference."""
+
+    def __init__(self, config, generator):
+        self.config, self.generator, self.reference = config, generator, None
+
+
+def test_phases_are_a_no_op_on_cpu_that_logs_once(tiny_model_dir, capsys, monkeypatch):
+    from gigpo.rollout.types import SamplingSettings
+
+    monkeypatch.setattr(memory_phases, "_LOGGED", set())
+    config = load_config("recipes/sokoban_tiny.yaml", ["model.dtype=fp32", "trainer.offload_reference=true"])
+    generator = HFGenerator(str(tiny_model_dir), dtype="fp32")
+    greedy = SamplingSettings(temperature=0, max_new_tokens=6)
+    before = [c.token_ids for c in generator.generate(GREEDY_PROMPTS, greedy)]
+    run = _Run(config, generator)
+    for phase in ("update", "generation", "update", "generation"):
+        assert enter_phase(run, phase) == {}
+    assert isinstance(run.memory_phases, MemoryPhases)
+    out = capsys.readouterr().out
+    assert out.count("memory phases are off on CPU") == 1, out
+    assert [c.token_ids for c in generator.generate(GREEDY_PROMPTS, greedy)] == before
+    assert next(generator.model.parameters()).device.type == "cpu"
+
+
+def test_verify_sync_auto_is_on_for_vllm_in_sync_mode_only():
+    on = load_config("recipes/alfworld_7b.yaml")
+    assert on.rollout.verify_sync is True and on.rollout.sleep_level == 1 and on.rollout.enforce_eager is False
+    assert load_config("recipes/alfworld_7b.yaml", ["rollout.backend=hf"]).rollout.verify_sync is False
+    assert load_config("recipes/alfworld_7b.yaml", ["rollout.mode=async"]).rollout.verify_sync is False
+    assert load_config("recipes/alfworld_7b.yaml", ["rollout.verify_sync=false"]).rollout.verify_sync is False
+    with pytest.raises(RecipeError, match="rollout.verify_sync=true compares"):
+        load_config("recipes/alfworld_7b.yaml", ["rollout.mode=async", "rollout.verify_sync=true"])
+
+
+def test_engine_settings_sleep_only_for_the_in_process_engine_in_sync_mode():
+    assert EngineSettings.from_config(load_config("recipes/alfworld_7b.yaml").rollout, "bf16").sleep_level == 1
+    for override in ("rollout.mode=async", "rollout.backend=vllm-server", "rollout.sleep_level=0"):
+        rollout = load_config("recipes/alfworld_7b.yaml", [override]).rollout
+        assert EngineSettings.from_config(rollout, "bf16").sleep_level == 0, override
+
+
+def test_tensor_parallel_size_must_divide_the_ranks():
+    config = load_config("recipes/alfworld_7b.yaml", ["rollout.tensor_parallel_size=2"])
+    assert config.rollout.tensor_parallel_size == 2
+    with pytest.raises(RecipeError, match=r"rollout.tensor_parallel_size=3 must divide trainer.nprocs=8"):
+        load_config("recipes/alfworld_7b.yaml", ["rollout.tensor_parallel_size=3"])
+    with pytest.raises(RecipeError, match=r"rollout.turns=async with rollout.tensor_parallel_size=2"):
+        load_config("recipes/alfworld_7b.yaml", ["rollout.tensor_parallel_size=2", "rollout.turns=async"])
+    with pytest.raises(RecipeError, match=r"tensor_parallel_size=2 .*rollout.backend=hf"):
+        load_config("recipes/alfworld_7b.yaml", ["rollout.tensor_parallel_size=2", "rollout.backend=hf"])
+    assert parallel_kwargs(1) == {}
+    assert parallel_kwargs(2, world_size=8) == {"tensor_parallel_size": 2, "data_parallel_size": 4,
+                                                "distributed_executor_backend": "external_launcher"}
+    with pytest.raises(ValueError, match="must divide the 6 ranks"):
+        parallel_kwargs(4, world_size=6)
+    with pytest.raises(ValueError, match="gigpo serve"):
+        EngineSettings(tensor_parallel_size=2).cli_args()
+
+
+def test_reference_offload_is_refused_under_zero3():
+    with pytest.raises(RecipeError, match="trainer.offload_reference=true needs trainer.zero_stage 0-2"):
+        load_config("recipes/alfworld_7b.yaml", ["trainer.offload_reference=true"])
+    assert load_config("recipes/alfworld_7b.yaml", ["trainer.offload_reference=true",
+                                                     "trainer.zero_stage=2"]).trainer.offload_reference
+
