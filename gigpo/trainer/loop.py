@@ -118,6 +118,10 @@ def play(run: Run, iteration: int) -> tuple["StepBatch", list, dict[str, float],
     config, e, metrics = run.config, run.config.env, {}
     generator, mixed = run.pipeline.generator, config.rollout.group_versions == "mixed"
     share = run.share.of(e.num_groups)
+    if not share:  # fewer task groups than playing ranks: this rank sits the rollout out
+        from gigpo.rollout.records import Rollout
+
+        return StepBatch.from_records([], where=f"iteration {iteration}, phase rollout"), [], {}, Rollout([], [])
     seed = rank_sampling_seed(rollout_sampling_seed(config.trainer.seed, iteration), run.share.rank,
                               per_request=generator.turns == "async")
     settings = sampling(config, evaluation=False, seed=seed)
