@@ -155,7 +155,11 @@ def set_up(config: Config, resume: bool = False) -> Run:
     check_token_budget(config.rollout.max_prompt_tokens, config.rollout.max_new_tokens, t.micro_token_budget)
     rank = init_distributed()
     main = rank.is_main
-    share = playing_ranks(config.rollout.backend, rank.rank, rank.world_size)
+    share = playing_ranks(config.rollout.backend, rank.rank, rank.world_size, torch.cuda.is_available())
+    if main and rank.world_size > 1 and share.ranks == 1:
+        print(f"gigpo: rank 0 alone plays the rollouts ({config.rollout.backend}"
+              f"{' on GPUs: one vLLM engine per device is not built yet' if config.rollout.backend == 'vllm' else ''}); "
+              "the other ranks join the update", flush=True)
     if main and (notice := cpu_bf16_notice(config.model.dtype, torch.cuda.is_available(), cpu_has_fast_bf16(),
                                            config.rollout.backend)):
         print(f"gigpo: {notice}", flush=True)

@@ -5,7 +5,8 @@ the order one rank playing every group would give.
 Group and trajectory ids are global (`rollout(group_offset=share.start)`), so a share's rows carry the
 ids they would have in the whole batch, and the advantage, which is group-local for every estimator
 (GiGPO, GRPO, RLOO; PPO's is per trajectory), does not depend on how the groups were split.
-Ranks of a remote-server layout do not play: rank 0 plays every group there (`playing_ranks`).
+Where ranks cannot each hold a generator (a remote server; vLLM on several GPUs, not yet placed one per
+device) rank 0 plays every group, as before (`playing_ranks`).
 """
 from __future__ import annotations
 
@@ -37,11 +38,12 @@ class Share:
         return range(start, start + base + (self.rank < extra))
 
 
-def playing_ranks(backend: str, rank: int, world_size: int) -> Optional[Share]:
-    """This rank's place among the ranks that play, or None if it plays nothing. In-process backends (hf,
-    vllm) play on every rank, each on its own device; a remote server (vllm-server) is fed by rank 0 alone,
-    which also pushes it the weights."""
-    if backend in ("hf", "vllm"):
+def playing_ranks(backend: str, rank: int, world_size: int, cuda: bool = False) -> Optional[Share]:
+    """This rank's place among the ranks that play, or None if it plays nothing. The hf backend plays on
+    every rank, each on its own device (cuda:LOCAL_RANK); so does in-process vLLM on CPU. On GPUs nothing
+    yet places one vLLM engine per device (every rank's would start on the first visible GPU), so there
+    rank 0 alone plays, as a remote server (vllm-server) is fed by rank 0 alone, which pushes its weights."""
+    if backend == "hf" or (backend == "vllm" and not (cuda and world_size > 1)):
         return Share(rank, world_size)
     return Share(0, 1) if rank == 0 else None
 
