@@ -205,7 +205,7 @@ def set_up(config: Config, resume: bool = False) -> Run:
     run.generator = build_generator(config, model_path) if share else None
     if share and share.ranks > 1:
         print(f"gigpo: rank {rank.rank} plays share {share.rank + 1} of {share.ranks} of every rollout and evaluation "
-              f"with its own {config.rollout.backend} generator and {e.workers} env workers", flush=True)
+              f"with its own {config.rollout.backend} generator and env pool", flush=True)
     run.from_generator = old_logprobs_from_generator(config)
     run.verifier = build_verifier(config, run.generator, actor.hf_module().config.vocab_size, rank.world_size)
     if main:
