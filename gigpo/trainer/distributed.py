@@ -1,5 +1,5 @@
-"""Ranks for the one-controller design: every rank runs the same `gigpo train`; rank 0 alone drives
-environments and generation and broadcasts each batch to the others before the update.
+"""Ranks for the one-controller design: every rank runs the same `gigpo train`, plays its share of each
+rollout (gigpo.trainer.sharding) and gathers the others' shares before the update.
 
 `relaunch_command` builds the DeepSpeed launcher command that `gigpo train` re-executes itself under
 when `trainer.nprocs > 1`; inside the launched ranks WORLD_SIZE is set, so it is not relaunched again.
