@@ -107,3 +107,18 @@ def placebo_advantages(advantage: np.ndarray, seed: int, iteration: int) -> np.n
 def minibatch_seed(run_seed: int, update: int) -> int:
     """The shuffle of the `update`-th call of an engine's update() into mini-batches."""
     return run_seed * 1_000_003 + update
+
+
+RANK_STRIDE_SAMPLING = 2**52
+"""Rank r > 0 of a rollout split over ranks adds r * this to a batched rollout's sampling seed."""
+
+
+def rank_sampling_seed(seed: int | None, rank: int, per_request: bool) -> int | None:
+    """The sampling seed rank `rank` plays its share of a rollout seeded `seed` with (gigpo.trainer.sharding).
+    Per-request seeds (async turns) key each request by (seed, trajectory, step), trajectory ids are global,
+    so every rank takes `seed` and N ranks draw what one rank would. Batched turns seed a whole generate
+    call, so ranks sharing a seed would draw the same numbers for different groups: each rank gets its
+    own (rank 0 `seed` itself, so one rank plays as it always did)."""
+    if seed is None or per_request or rank == 0:
+        return seed
+    return seed + rank * RANK_STRIDE_SAMPLING

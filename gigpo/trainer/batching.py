@@ -18,7 +18,7 @@ Two layouts, same results (tests/trainer/test_engines.py checks both against pla
   that takes a dense mask runs it (SDPA, eager); not flash-attention.
 In all three, only the positions that predict response tokens go through the LM head (`logits_to_keep`).
 
-With several ranks, every rank holds the whole batch (rank 0 broadcasts it) and computes the same
+With several ranks, every rank holds the whole batch (gathered from the ranks' shares) and computes the same
 plan; each rank then runs its share of micro-batches. Ranks must run the same number of forwards and
 backwards (ZeRO reduces gradients inside backward), so the plan splits micro-batches, or adds a
 zero-weight dummy one, until their count divides the world size.

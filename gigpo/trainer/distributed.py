@@ -1,10 +1,12 @@
-"""Ranks for the one-controller design: every rank runs the same `gigpo train`; rank 0 alone drives
-environments and generation and broadcasts each batch to the others before the update.
+"""Ranks for the one-controller design: every rank runs the same `gigpo train`, plays its share of each
+rollout (gigpo.trainer.sharding) and gathers the others' shares before the update.
 
 `relaunch_command` builds the DeepSpeed launcher command that `gigpo train` re-executes itself under
 when `trainer.nprocs > 1`; inside the launched ranks WORLD_SIZE is set, so it is not relaunched again.
 Several machines: the same launcher with `--hostfile` (docs/trainer.md; not run here).
-CPU ranks talk over gloo, GPU ranks over NCCL.
+CPU ranks talk over gloo, GPU ranks over NCCL. NCCL serves CUDA tensors only, so the loop's own
+collectives (flags, metrics, objects, barriers) go through `side_group()`: the default group where its
+backend serves CPU tensors, else a gloo group made beside it (as verl's `cpu:gloo,cuda:nccl`).
 """
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ from typing import Any, Optional, Sequence, TypeVar
 from gigpo.ports import free_port
 
 T = TypeVar("T")
+
+_side_group: Any = None
+"""The gloo group beside an NCCL default group (made on first use, dropped at shutdown)."""
 
 
 def _cuda_available() -> bool:
@@ -81,14 +86,43 @@ def init_distributed(backend: Optional[str] = None, timeout: timedelta = timedel
     return info
 
 
+def served_device_types(backend: str) -> frozenset[str]:
+    """The tensor device types a group of `backend` takes: "nccl" -> {cuda}, "gloo" -> {cpu, cuda},
+    "cuda:gloo" -> {cuda}, "cpu:gloo,cuda:nccl" -> {cpu, cuda} (torch's own capability table)."""
+    import torch.distributed as dist
+
+    if ":" in backend:
+        return frozenset(part.split(":", 1)[0].strip() for part in backend.split(","))
+    capability = dist.Backend.backend_capability.get(backend.lower())
+    if capability is None:
+        raise ValueError(f"unknown process-group backend {backend!r}; known: {sorted(dist.Backend.backend_capability)}")
+    return frozenset(capability)
+
+
+def side_group() -> Any:
+    """The group for the loop's CPU collectives: None (the default group) where its backend serves CPU
+    tensors, else a gloo group of every rank, made on the first call. Every rank reaches its first
+    collective at the same point, so they all make it together (`new_group` is itself collective)."""
+    global _side_group
+    import torch.distributed as dist
+
+    if "cpu" in served_device_types(str(dist.get_backend())):
+        return None
+    if _side_group is None:
+        _side_group = dist.new_group(backend="gloo")
+    return _side_group
+
+
 def shutdown_distributed() -> None:
     """Destroy the process group; a ZeRO-3 run on CPU that skips this aborts at exit (PLATFORM.md)."""
+    global _side_group
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+        barrier()
         rank = dist.get_rank()
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # every group, the side group too
+        _side_group = None
         remove_shm_allreduce_buffer(rank)
 
 
@@ -132,7 +166,7 @@ def broadcast_object(obj: T, src: int = 0) -> T:
     if not (dist.is_initialized() and dist.get_world_size() > 1):
         return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=src)
+    dist.broadcast_object_list(box, src=src, group=side_group())
     return box[0]
 
 
@@ -143,7 +177,7 @@ def all_gather_objects(obj: Any) -> list[Any]:
     if not (dist.is_initialized() and dist.get_world_size() > 1):
         return [obj]
     out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
+    dist.all_gather_object(out, obj, group=side_group())
     return out
 
 
@@ -154,8 +188,8 @@ def any_rank(flag: bool) -> bool:
 
     if not (dist.is_initialized() and dist.get_world_size() > 1):
         return flag
-    t = torch.tensor([1.0 if flag else 0.0])
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    t = torch.tensor([1.0 if flag else 0.0])  # on the CPU: the side group serves it
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=side_group())
     return bool(t.item() > 0)
 
 
@@ -163,7 +197,7 @@ def barrier() -> None:
     import torch.distributed as dist
 
     if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
+        dist.barrier(group=side_group())
 
 
 def relaunch_command(argv: Sequence[str], nprocs: int, module: str = "gigpo.cli",

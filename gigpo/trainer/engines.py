@@ -3,7 +3,7 @@
 All three run the same micro-batched forward (gigpo.trainer.batching: padded or packed rows up to a
 token budget), with logits only at the positions that predict response tokens (`logits_to_keep`), so
 the vocabulary projection costs what the response needs, not the prompt. With several ranks every rank calls the same method with the
-same samples (rank 0 broadcast them); each computes its share of micro-batches and results are
+same samples (the loop gathers every rank's share of the rollout); each computes its share of micro-batches and results are
 gathered, so every rank returns the full answer.
 
 Gradient accumulation is caller-owned (`managed_gradient_accumulation: false`): one backward per

@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from gigpo.config import Config
 from gigpo.seeds import eval_sampling_seed, eval_seeds
 from gigpo.trainer.setup import build_generator, build_pool, build_prompt_fn, sampling
+
+if TYPE_CHECKING:
+    from gigpo.rollout.records import Rollout
+    from gigpo.trainer.sharding import Share
 
 
 class EpisodeBar:
@@ -30,18 +34,36 @@ def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int]
              on_rollout=None) -> dict[str, float]:
     """Greedy (eval temperature) success on the held-out evaluation seeds, one episode per seed.
     `on_rollout` receives the episodes (the rollout record's hook)."""
-    from gigpo.rollout.collect import rollout
-
-    bar = EpisodeBar("eval", config.logging.progress)
-    try:
-        result = rollout(pool, generator, prompt_fn, eval_seeds(config, episodes), group_size=1,
-                         settings=sampling(config, evaluation=True, seed=eval_sampling_seed(config.trainer.seed)),
-                         max_prompt_tokens=config.rollout.max_prompt_tokens, progress=bar)
-    finally:
-        bar.close()
+    result = play_evaluation(config, pool, generator, prompt_fn, episodes)
     if on_rollout is not None:
         on_rollout(result)
     return result.metrics(prefix)
+
+
+def play_evaluation(config: Config, pool, generator, prompt_fn, episodes: Optional[int] = None,
+                    share: Optional["Share"] = None) -> "Rollout":
+    """The evaluation rollout: one episode per held-out seed, or `share`'s contiguous part of them with the
+    ids they have in the whole evaluation (the training loop splits evaluation over ranks as it splits
+    rollouts, and merges the parts: gigpo.trainer.sharding)."""
+    from gigpo.rollout.collect import rollout
+    from gigpo.seeds import rank_sampling_seed
+    from gigpo.trainer.sharding import Share
+
+    share = share or Share()
+    seeds = eval_seeds(config, episodes)
+    mine = share.of(len(seeds))
+    if not mine:  # fewer evaluation tasks than playing ranks: this rank plays none
+        from gigpo.rollout.records import Rollout
+
+        return Rollout(steps=[], episodes=[])
+    seed = rank_sampling_seed(eval_sampling_seed(config.trainer.seed), share.rank, per_request=generator.turns == "async")
+    bar = EpisodeBar("eval", config.logging.progress and share.rank == 0)
+    try:
+        return rollout(pool, generator, prompt_fn, seeds[mine.start:mine.stop], group_size=1,
+                       settings=sampling(config, evaluation=True, seed=seed),
+                       max_prompt_tokens=config.rollout.max_prompt_tokens, group_offset=mine.start, progress=bar)
+    finally:
+        bar.close()
 
 
 def evaluate_checkpoint(config: Config, checkpoint: str, episodes: Optional[int] = None) -> dict[str, float]:

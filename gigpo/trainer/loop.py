@@ -4,9 +4,10 @@
     gigpo train recipes/alfworld_7b.yaml --resume
 
 One controller drives everything. With `trainer.nprocs > 1` every DeepSpeed rank runs this same
-function; rank 0 alone owns the environment pool, the generator and the logs, and broadcasts each
-iteration's step batch to the other ranks, which join the forward/backward passes and the
-checkpoint. Seeds of iteration i depend only on (trainer.seed, i) (gigpo/seeds.py), so a resumed run
+function. With an in-process generator (hf, vllm) every rank plays its own share of the iteration's
+task groups with its own generator and env pool (sharding.py); the shares are gathered, in the order
+one rank playing every group gives, and every rank learns from the whole batch. Rank 0 alone keeps the
+logs. Seeds of iteration i depend only on (trainer.seed, i) (gigpo/seeds.py), so a resumed run
 replays exactly the iterations a crash interrupted. What exists before the first iteration is built
 in setup.py; evaluation is evaluation.py; one iteration's steps travel as a StepBatch (step_batch.py).
 """
@@ -23,13 +24,14 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import numpy as np
 
 from gigpo.config import Config
-from gigpo.seeds import probe_seed, rollout_sampling_seed, train_seeds
+from gigpo.seeds import probe_seed, rank_sampling_seed, rollout_sampling_seed, train_seeds
 from gigpo.trainer.nonfinite import require_finite
 from gigpo.trainer.pipeline import RolloutPipeline
 from gigpo.trainer.rollout_correction import correction_from_config
 from gigpo.trainer.setup import Run
 
 if TYPE_CHECKING:
+    from gigpo.rollout.records import Rollout
     from gigpo.rollout.types import SamplingSettings
     from gigpo.trainer.step_batch import StepBatch
 
@@ -39,22 +41,23 @@ GAP_PROBE = 32
 
 def train(config: Config, resume: bool = False) -> dict[str, Any]:
     """Train `config` to `trainer.iterations` (or `trainer.max_env_steps`); returns the run's summary."""
-    from gigpo.trainer.evaluation import evaluate
+    from gigpo.trainer.distributed import broadcast_object
     from gigpo.trainer.setup import set_up
 
     run = set_up(config, resume)
     r = config.rollout
     # rollout.mode: where rollouts play and how weights reach the generator (async: on a producer thread,
     # the next rollout overlapping this update; gigpo/trainer/pipeline.py)
-    run.pipeline = RolloutPipeline((lambda iteration: play(run, iteration)) if run.main else None, run.generator,
+    run.pipeline = RolloutPipeline((lambda iteration: play(run, iteration)) if run.share else None, run.generator,
                                    r.mode, r.max_staleness, version=run.state["iteration"],
                                    last_iteration=config.trainer.iterations, correction=correction_from_config(config),
                                    mixed_versions=r.group_versions == "mixed")
     try:
-        if run.main and run.state["iteration"] == 0 and not (run.run_dir / "metrics.jsonl").exists():
+        if broadcast_object(run.state["iteration"] == 0 and not (run.run_dir / "metrics.jsonl").exists()):
             # iteration 0: the starting policy (after warm-up, if any), so curves have a baseline
-            run.logger.log(0, {**evaluate(config, run.eval_pool, run.generator, run.prompt_fn,
-                                          on_rollout=run.recorder.eval_hook(0)), "rollout/env_steps_total": 0})
+            baseline = evaluate_shared(run, 0)
+            if run.main:
+                run.logger.log(0, {**baseline, "rollout/env_steps_total": 0})
         for iteration in range(run.state["iteration"] + 1, config.trainer.iterations + 1):
             if run_iteration(run, iteration):
                 break
@@ -64,31 +67,26 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
 
 
 def run_iteration(run: Run, iteration: int) -> bool:
-    """One iteration on every rank: play (rank 0), learn, evaluate, checkpoint, log. True when it was the last."""
+    """One iteration on every rank: play (each rank its share), learn, evaluate, checkpoint, log. True when it
+    was the last."""
     from gigpo.trainer.checkpoint import save_checkpoint
-    from gigpo.trainer.distributed import broadcast_object
-    from gigpo.trainer.evaluation import evaluate
     from gigpo.trainer.metrics import PhaseTimer
 
     t = run.config.trainer
     timer, metrics, started = PhaseTimer(), {}, time.perf_counter()
-    batch = episodes = None
-    if run.main:
-        with timer("rollout"):  # played now (sync), or waited for: it started during the last update (async)
-            batch, episodes, rollout_metrics = run.pipeline.collect(iteration)
-        metrics.update(rollout_metrics)
-        run.state["env_steps_total"] += int(metrics["rollout/env_steps"])
-        metrics["rollout/env_steps_total"] = float(run.state["env_steps_total"])
-    batch = broadcast_object(batch)
-    run.state["env_steps_total"] = broadcast_object(run.state["env_steps_total"])  # every rank sees the budget
+    with timer("rollout"):  # played now (sync), or waited for: it started during the last update (async)
+        played = run.pipeline.collect(iteration) if run.share else None
+        batch, episodes, rollout_metrics = gather_shares(run, iteration, played)  # every rank: the whole batch
+    metrics.update(rollout_metrics)
+    run.state["env_steps_total"] += int(metrics["rollout/env_steps"])  # the same sum on every rank
+    metrics["rollout/env_steps_total"] = float(run.state["env_steps_total"])
     last = iteration == t.iterations or bool(t.max_env_steps and run.state["env_steps_total"] >= t.max_env_steps)
 
     if len(batch):  # dynamic sampling can drop every group; such an iteration only plays, evaluates and saves
         learn(run, iteration, batch, episodes, last, timer, metrics)
-    if run.main and (iteration % t.eval_every == 0 or last):  # the final policy is always evaluated
-        with timer("eval"):  # where the generator lives: after the rollout in flight, in async mode
-            metrics.update(run.pipeline.call(lambda: evaluate(run.config, run.eval_pool, run.generator, run.prompt_fn,
-                                                              on_rollout=run.recorder.eval_hook(iteration))))
+    if iteration % t.eval_every == 0 or last:  # the final policy is always evaluated
+        with timer("eval"):
+            metrics.update(evaluate_shared(run, iteration))
     metrics.update(timer.metrics())
     metrics["time/iteration"] = time.perf_counter() - started
     metrics["perf/peak_rss_gb"] = peak_rss_gb()
@@ -106,12 +104,13 @@ def run_iteration(run: Run, iteration: int) -> bool:
     return last
 
 
-# --------------------------------------------------------------------------- rollout (rank 0)
+# --------------------------------------------------------------------------- rollout (each rank its share)
 
-def play(run: Run, iteration: int) -> tuple["StepBatch", list, dict[str, float]]:
-    """B groups x N episodes (re-drawing uninformative groups under dynamic sampling): the StepBatch to
-    train on, the episodes played and their metrics. Runs on the pipeline's producer thread in async mode,
-    so it touches only the pool, the generator and its own metrics."""
+def play(run: Run, iteration: int) -> tuple["StepBatch", list, dict[str, float], "Rollout"]:
+    """This rank's share of the B groups x N episodes (re-drawing uninformative groups under dynamic
+    sampling): the StepBatch to train on, the episodes played, their metrics and the first draw's rollout
+    without its rows (for the merged rates). Runs on the pipeline's producer thread in async mode, so it
+    touches only the pool, the generator and its own metrics, and makes no collective."""
     from gigpo.rollout.collect import rollout
     from gigpo.trainer.evaluation import EpisodeBar
     from gigpo.trainer.setup import sampling
@@ -119,10 +118,17 @@ def play(run: Run, iteration: int) -> tuple["StepBatch", list, dict[str, float]]
 
     config, e, metrics = run.config, run.config.env, {}
     generator, mixed = run.pipeline.generator, config.rollout.group_versions == "mixed"
-    settings = sampling(config, evaluation=False, seed=rollout_sampling_seed(config.trainer.seed, iteration))
-    bar = EpisodeBar(f"iter {iteration} rollout", config.logging.progress)
-    played = rollout(run.pool, generator, run.prompt_fn, train_seeds(config, iteration), e.group_size, settings,
-                     config.rollout.max_prompt_tokens, progress=bar)
+    share = run.share.of(e.num_groups)
+    if not share:  # fewer task groups than playing ranks: this rank sits the rollout out
+        from gigpo.rollout.records import Rollout
+
+        return StepBatch.from_records([], where=f"iteration {iteration}, phase rollout"), [], {}, Rollout([], [])
+    seed = rank_sampling_seed(rollout_sampling_seed(config.trainer.seed, iteration), run.share.rank,
+                              per_request=generator.turns == "async")
+    settings = sampling(config, evaluation=False, seed=seed)
+    bar = EpisodeBar(f"iter {iteration} rollout", config.logging.progress and run.main)
+    played = rollout(run.pool, generator, run.prompt_fn, train_seeds(config, iteration)[share.start:share.stop],
+                     e.group_size, settings, config.rollout.max_prompt_tokens, group_offset=share.start, progress=bar)
     bar.close()
     metrics.update(played.metrics())
     metrics.update(played.env_faults)
@@ -133,42 +139,84 @@ def play(run: Run, iteration: int) -> tuple["StepBatch", list, dict[str, float]]
         batch, episodes = redraw_uninformative(run, iteration, batch, episodes, settings, metrics)
     metrics["time/generate"] = played.seconds_generate
     metrics["time/env"] = played.seconds_env
-    return batch, episodes, metrics
+    return batch, episodes, metrics, replace(played, steps=[])
 
 
 def redraw_uninformative(run: Run, iteration: int, batch: "StepBatch", episodes: list, settings: "SamplingSettings",
                          metrics: dict[str, float]) -> tuple["StepBatch", list]:
     """Dynamic sampling: re-draw task groups until B have differing returns (or `max_resample` re-draws);
-    keep the first B of those. Every step played counts toward the env-step budget."""
+    keep the first B of those. Each rank re-draws its own share of the groups until its share has differing
+    returns, so no rank waits on another mid-rollout. Every step played counts toward the env-step budget."""
     from gigpo.advantage.sampling import informative_groups
     from gigpo.rollout.collect import rollout
     from gigpo.trainer.step_batch import StepBatch
 
     config, e, a = run.config, run.config.env, run.config.algorithm
     informative = lambda b: {int(g) for g in b.group[informative_groups(b.rows)]}  # noqa: E731
+    share, generator = run.share.of(e.num_groups), run.pipeline.generator
     draws, keep = [batch], informative(batch)
     for draw in range(1, a.max_resample + 1):
-        if len(keep) >= e.num_groups:
+        if len(keep) >= len(share):
             break
-        extra = rollout(run.pool, run.pipeline.generator, run.prompt_fn, train_seeds(config, iteration, draw), e.group_size,
-                        replace(settings, seed=rollout_sampling_seed(config.trainer.seed, iteration, draw)),
-                        config.rollout.max_prompt_tokens, group_offset=draw * e.num_groups)
+        seed = rank_sampling_seed(rollout_sampling_seed(config.trainer.seed, iteration, draw), run.share.rank,
+                                  per_request=generator.turns == "async")
+        extra = rollout(run.pool, generator, run.prompt_fn, train_seeds(config, iteration, draw)[share.start:share.stop],
+                        e.group_size, replace(settings, seed=seed), config.rollout.max_prompt_tokens,
+                        group_offset=draw * e.num_groups + share.start)
         draws.append(StepBatch.from_records(extra.steps, where=f"iteration {iteration}, re-draw {draw}",
                                             mixed_versions=config.rollout.group_versions == "mixed"))
         episodes = episodes + extra.episodes
         keep |= informative(draws[-1])
         metrics["rollout/draws"] = float(draw + 1)
-    kept = sorted(keep)[: e.num_groups]
+    kept = sorted(keep)[: len(share)]
     metrics["rollout/kept_groups"] = float(len(kept))
     batch = StepBatch.concat(draws)
     metrics["rollout/env_steps"] = float(len(batch))
     batch = batch.select(np.isin(batch.group, kept))
     metrics["rollout/trained_steps"] = float(len(batch))
-    if not len(batch):
+    return batch, episodes
+
+
+def gather_shares(run: Run, iteration: int, played: Optional[tuple]) -> tuple["StepBatch", list, dict[str, float]]:
+    """Every rank's share of the iteration's rollout (None where a rank plays nothing), as the batch,
+    episodes and metrics of one rank playing every group, on every rank. One rank: its own, unchanged."""
+    from gigpo.trainer.distributed import all_gather_objects
+    from gigpo.trainer.sharding import merge_metrics, merge_rollouts
+    from gigpo.trainer.step_batch import StepBatch
+
+    if run.world_size == 1:
+        batch, episodes, metrics, _ = played
+    else:
+        mine = None if played is None else (played[0].records, *played[1:])  # rows travel as records
+        parts = [p for p in all_gather_objects(mine) if p is not None]
+        b = run.config.env.num_groups
+        # one rank's order: draw by draw (dynamic sampling's re-draws), each in (step, traj) order
+        records = sorted((r for p in parts for r in p[0]), key=lambda r: (r.group // b, r.step, r.traj))
+        batch = StepBatch.from_records(records, where=f"iteration {iteration}, phase rollout",
+                                       mixed_versions=run.config.rollout.group_versions == "mixed")
+        episodes = sorted((e for p in parts for e in p[1]), key=lambda e: e.traj)
+        metrics = merge_metrics([p[2] for p in parts], merge_rollouts([p[3] for p in parts]))
+    if run.config.algorithm.dynamic_sampling and not len(batch) and run.main:
         print(f"gigpo: iteration {iteration}: no group with differing returns after "
               f"{int(metrics.get('rollout/draws', 1))} draw(s); skipping the update "
               f"(raise algorithm.max_resample or make the start stronger)", flush=True)
-    return batch, episodes
+    return batch, episodes, metrics
+
+
+def evaluate_shared(run: Run, iteration: int) -> dict[str, float]:
+    """Every rank plays its share of the held-out tasks; the merged evaluation's metrics on every rank
+    (rank 0 records its episodes). In async mode a share plays where its generator lives: after the rollout
+    in flight. The gather runs here, on the loop's thread, never on the producer's."""
+    from gigpo.trainer.distributed import all_gather_objects
+    from gigpo.trainer.evaluation import play_evaluation
+    from gigpo.trainer.sharding import merge_rollouts
+
+    local = run.pipeline.call(lambda: play_evaluation(run.config, run.eval_pool, run.generator, run.prompt_fn,
+                                                      share=run.share)) if run.share else None
+    result = local if run.world_size == 1 else merge_rollouts(all_gather_objects(local))
+    if run.main and (hook := run.recorder.eval_hook(iteration)) is not None:
+        hook(result)
+    return result.metrics("eval/")
 
 
 # --------------------------------------------------------------------------- learning (every rank)

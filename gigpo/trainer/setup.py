@@ -1,8 +1,10 @@
 """Everything the training loop needs before its first iteration, built once from the config.
 
 `set_up(config, resume)` returns a `Run`: the model (after the supervised warm-up, if any), the
-DeepSpeed engines (actor; reference for KL; critic for PPO), and on rank 0 the env pools, prompt
-builder, generator, sync verifier, metrics logger and rollout recorder; `Run.close()` releases them.
+DeepSpeed engines (actor; reference for KL; critic for PPO), on every rank that plays (all of them with
+an in-process generator, rank 0 with a remote server: gigpo.trainer.sharding) the env pools, prompt
+builder, generator and sync verifier, and on rank 0 the metrics logger and rollout recorder;
+`Run.close()` releases them.
 The `build_*` helpers are also what `gigpo eval` and the benchmarks build their pieces with.
 """
 from __future__ import annotations
@@ -89,7 +91,7 @@ def push_weights(actor, generator, version: int, verifier=None) -> dict[str, flo
 
 @dataclass
 class Run:
-    """What the loop works with; rank 0 alone holds pools, generator, logger (None elsewhere)."""
+    """What the loop works with; pools and generator on the ranks that play (`share`), the logger on rank 0."""
 
     config: Config
     main: bool
@@ -109,6 +111,8 @@ class Run:
     recorder: Any = None
     pipeline: Any = None
     """The RolloutPipeline (rollout.mode), built by the loop on every rank."""
+    share: Any = None
+    """This rank's place among the ranks that play (a sharding.Share); None on a rank that plays nothing."""
     from_generator: bool = False
     """Old log-probs come from the generator (old_logprobs_from_generator)."""
     state: dict[str, Any] = field(default_factory=lambda: {"iteration": 0, "env_steps_total": 0})
@@ -142,6 +146,7 @@ def set_up(config: Config, resume: bool = False) -> Run:
     from gigpo.trainer.engines import ActorEngine, CriticEngine, ReferenceModel, settings_from_config
     from gigpo.trainer.lora import AdapterFreeReference
     from gigpo.trainer.metrics import MetricsLogger
+    from gigpo.trainer.sharding import playing_ranks
     from gigpo.trainer.warm_start import warm_up
     from gigpo.viewer.records import RolloutRecorder
 
@@ -150,6 +155,11 @@ def set_up(config: Config, resume: bool = False) -> Run:
     check_token_budget(config.rollout.max_prompt_tokens, config.rollout.max_new_tokens, t.micro_token_budget)
     rank = init_distributed()
     main = rank.is_main
+    share = playing_ranks(config.rollout.backend, rank.rank, rank.world_size, torch.cuda.is_available())
+    if main and rank.world_size > 1 and share.ranks == 1:
+        print(f"gigpo: rank 0 alone plays the rollouts ({config.rollout.backend}"
+              f"{' on GPUs: one vLLM engine per device is not built yet' if config.rollout.backend == 'vllm' else ''}); "
+              "the other ranks join the update", flush=True)
     if main and (notice := cpu_bf16_notice(config.model.dtype, torch.cuda.is_available(), cpu_has_fast_bf16(),
                                            config.rollout.backend)):
         print(f"gigpo: {notice}", flush=True)
@@ -167,9 +177,9 @@ def set_up(config: Config, resume: bool = False) -> Run:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(dump_config(config))
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    pool = build_pool(config) if main else None
-    eval_pool = (build_pool(config, evaluation=True) if e.eval_kwargs else pool) if main else None
-    prompt_fn = build_prompt_fn(config, tokenizer) if main else None
+    pool = build_pool(config) if share else None  # each playing rank its own env workers
+    eval_pool = (build_pool(config, evaluation=True) if e.eval_kwargs else pool) if share else None
+    prompt_fn = build_prompt_fn(config, tokenizer) if share else None
     warm_dir = run_dir / "warmup"
     if t.sft_steps > 0:
         if main and not (warm_dir / "hf" / "config.json").is_file():
@@ -181,7 +191,8 @@ def set_up(config: Config, resume: bool = False) -> Run:
     engine_settings, loss_settings = settings_from_config(config)
     actor = ActorEngine(model_path, engine_settings, loss_settings)
     run = Run(config, main, rank.world_size, run_dir, model_path, tokenizer, actor, pool=pool, eval_pool=eval_pool,
-              prompt_fn=prompt_fn, recorder=RolloutRecorder.from_config(config, run_dir))  # records for `gigpo view`
+              prompt_fn=prompt_fn, recorder=RolloutRecorder.from_config(config, run_dir),  # records for `gigpo view`
+              share=share)
     if a.kl_coef > 0:  # with LoRA the reference is the actor with its adapters off: no second model
         run.reference = AdapterFreeReference(actor) if engine_settings.lora else ReferenceModel(model_path, engine_settings)
     if a.estimator == "ppo":
@@ -190,8 +201,11 @@ def set_up(config: Config, resume: bool = False) -> Run:
         restored = load_checkpoint(checkpoint, actor, run.critic)
         run.state = {**run.state, **restored.loop_state, "iteration": restored.iteration}
 
-    # ---- generator (rank 0) and logs
-    run.generator = build_generator(config, model_path) if main else None
+    # ---- generator (each playing rank its own, on its own device) and logs (rank 0)
+    run.generator = build_generator(config, model_path) if share else None
+    if share and share.ranks > 1:
+        print(f"gigpo: rank {rank.rank} plays share {share.rank + 1} of {share.ranks} of every rollout and evaluation "
+              f"with its own {config.rollout.backend} generator and env pool", flush=True)
     run.from_generator = old_logprobs_from_generator(config)
     run.verifier = build_verifier(config, run.generator, actor.hf_module().config.vocab_size, rank.world_size)
     if main:

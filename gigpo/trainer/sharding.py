@@ -1,0 +1,82 @@
+"""The rollout split over ranks: each rank plays a contiguous share of an iteration's task groups (and
+of the evaluation tasks) with its own generator and env pool, and the shares are put back together in
+the order one rank playing every group would give.
+
+Group and trajectory ids are global (`rollout(group_offset=share.start)`), so a share's rows carry the
+ids they would have in the whole batch, and the advantage, which is group-local for every estimator
+(GiGPO, GRPO, RLOO; PPO's is per trajectory), does not depend on how the groups were split.
+Where ranks cannot each hold a generator (a remote server; vLLM on several GPUs, not yet placed one per
+device) rank 0 plays every group, as before (`playing_ranks`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from gigpo.rollout.records import Rollout
+
+RATE_KEYS = ("success", "return", "episode_length", "invalid_action_rate", "episodes", "errors")
+"""Rollout.metrics() keys that are functions of the episodes alone: recomputed from the merged episodes."""
+MAX_KEYS = ("rollout/draws",)
+"""Metrics of a share that the whole rollout takes the largest of (with every `time/` key: ranks run in parallel)."""
+
+
+@dataclass(frozen=True)
+class Share:
+    """Which rank of how many playing ranks this process is (0 of 1: it plays everything)."""
+
+    rank: int = 0
+    ranks: int = 1
+
+    def of(self, count: int) -> range:
+        """This rank's contiguous share of `count` items; shares differ by at most one, the first ranks
+        take the extra ones."""
+        if self.ranks < 1 or not 0 <= self.rank < self.ranks:
+            raise ValueError(f"rank {self.rank} of {self.ranks} playing ranks: need 0 <= rank < ranks")
+        base, extra = divmod(count, self.ranks)
+        start = self.rank * base + min(self.rank, extra)
+        return range(start, start + base + (self.rank < extra))
+
+
+def playing_ranks(backend: str, rank: int, world_size: int, cuda: bool = False) -> Optional[Share]:
+    """This rank's place among the ranks that play, or None if it plays nothing. The hf backend plays on
+    every rank, each on its own device (cuda:LOCAL_RANK); so does in-process vLLM on CPU. On GPUs nothing
+    yet places one vLLM engine per device (every rank's would start on the first visible GPU), so there
+    rank 0 alone plays, as a remote server (vllm-server) is fed by rank 0 alone, which pushes its weights."""
+    if backend == "hf" or (backend == "vllm" and not (cuda and world_size > 1)):
+        return Share(rank, world_size)
+    return Share(0, 1) if rank == 0 else None
+
+
+def merge_rollouts(parts: Sequence[Optional[Rollout]]) -> Rollout:
+    """Shares of one rollout as the rollout one rank would have played: rows in (step, traj) order,
+    episodes in traj order, token counts and faults summed, phase times the longest share's."""
+    played = [p for p in parts if p is not None]
+    faults: dict[str, float] = {}
+    for p in played:
+        for key, value in p.env_faults.items():
+            faults[key] = faults.get(key, 0.0) + value
+    return Rollout(steps=sorted((s for p in played for s in p.steps), key=lambda s: (s.step, s.traj)),
+                   episodes=sorted((e for p in played for e in p.episodes), key=lambda e: e.traj),
+                   tokens_generated=sum(p.tokens_generated for p in played),
+                   seconds_generate=max((p.seconds_generate for p in played), default=0.0),
+                   seconds_env=max((p.seconds_env for p in played), default=0.0),
+                   seconds_prompt=max((p.seconds_prompt for p in played), default=0.0), env_faults=faults)
+
+
+def merge_metrics(parts: Sequence[dict[str, float]], first_draw: Rollout) -> dict[str, float]:
+    """The iteration's rollout metrics from each share's: sums of counts, the largest of times and draws,
+    and the episode rates (success, return, ...) recomputed from `first_draw`, every share's first-draw
+    episodes merged (each share computed its own on those)."""
+    out: dict[str, float] = {}
+    for part in parts:
+        for key, value in part.items():
+            if key.startswith("time/") or key in MAX_KEYS:
+                out[key] = max(out.get(key, value), value)
+            else:
+                out[key] = out.get(key, 0.0) + value
+    rates = first_draw.metrics()
+    out = {k: v for k, v in out.items() if not k.startswith("rollout/success/")}  # per task type: recomputed
+    out.update({k: v for k, v in rates.items()
+                if k.startswith("rollout/success/") or k[len("rollout/"):] in RATE_KEYS})
+    return out

@@ -1,0 +1,39 @@
+"""One rank of tests/trainer/test_collectives.py: every collective helper the loop uses, under the
+default group's backend given on the command line (`cuda:gloo` serves CUDA tensors only, as NCCL does).
+
+    python collectives_worker.py RANK WORLD PORT BACKEND OUT_DIR
+
+Writes OUT_DIR/rank{RANK}.json with what each helper returned; a helper that hands a group a tensor its
+backend does not serve raises (torch: "No backend type associated with device type cpu"), and the rank
+exits non-zero with that error on stderr.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def main(rank: int, world: int, port: int, backend: str, out_dir: str) -> None:
+    os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    from gigpo.trainer import distributed
+    from gigpo.trainer.distributed import (all_gather_objects, any_rank, barrier, broadcast_object, init_distributed,
+                                           shutdown_distributed)
+
+    info = init_distributed(backend=backend)
+    result = {
+        "any_rank_last": any_rank(rank == world - 1),  # the engines' NaN check before every optimizer step
+        "any_rank_none": any_rank(False),
+        "gathered": all_gather_objects({"rank": rank, "loss/policy": 0.5 * rank}),  # the engines' metric sums
+        "broadcast": broadcast_object(f"from rank {rank}"),  # setup.py's model path
+        "side_group": distributed.side_group() is not None,
+    }
+    barrier()  # checkpoint.py's
+    shutdown_distributed()
+    Path(out_dir, f"rank{info.rank}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])

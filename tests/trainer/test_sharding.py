@@ -1,0 +1,90 @@
+"""The rollout split over ranks (gigpo.trainer.sharding): shares of the task groups, played apart and merged,
+give the groups, rows, advantages and metrics of one rollout of every group."""
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+
+import numpy as np
+import pytest
+
+import gigpo.envs  # noqa: F401  (registers the built-in envs)
+from gigpo.config import load_config
+from gigpo.envs.pool import EnvPool
+from gigpo.rollout.collect import rollout
+from gigpo.rollout.types import SamplingSettings
+from gigpo.trainer.sharding import Share, merge_metrics, merge_rollouts, playing_ranks
+from gigpo.trainer.step_batch import StepBatch, with_advantages
+
+
+def test_shares_are_contiguous_cover_every_item_once_and_differ_by_at_most_one():
+    for count in range(0, 9):
+        for ranks in range(1, 5):
+            shares = [Share(r, ranks).of(count) for r in range(ranks)]
+            assert [i for s in shares for i in s] == list(range(count))
+            assert max(map(len, shares)) - min(map(len, shares)) <= 1
+    assert Share().of(5) == range(5)  # one rank plays everything
+    with pytest.raises(ValueError, match="rank 2 of 2 playing ranks"):
+        Share(2, 2).of(4)
+
+
+def test_in_process_backends_play_on_every_rank_and_a_server_is_fed_by_rank_0():
+    assert playing_ranks("hf", 1, 4) == Share(1, 4) and playing_ranks("vllm", 3, 4) == Share(3, 4)
+    assert playing_ranks("hf", 1, 4, cuda=True) == Share(1, 4)  # each on cuda:LOCAL_RANK
+    assert playing_ranks("vllm-server", 0, 4) == Share(0, 1) and playing_ranks("vllm-server", 2, 4) is None
+    # vLLM engines are not yet placed one per GPU: rank 0 alone, as before, rather than all on the first GPU
+    assert playing_ranks("vllm", 0, 4, cuda=True) == Share(0, 1) and playing_ranks("vllm", 1, 4, cuda=True) is None
+    assert playing_ranks("vllm", 0, 1, cuda=True) == Share(0, 1)
+
+
+def bare(record) -> dict:
+    """A step row without its behaviour log-probs (compared within float rounding)."""
+    return {k: v for k, v in asdict(record).items() if k != "response_logprobs"}
+
+
+@pytest.fixture(scope="module")
+def sokoban(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from gigpo.envs.prompt import PromptBuilder
+    from gigpo.rollout.hf_backend import HFGenerator
+
+    config = load_config("recipes/sokoban_tiny.yaml", ["env.max_steps=3"])
+    e = config.env
+    builder = PromptBuilder(AutoTokenizer.from_pretrained(tiny_model_dir), e.max_steps, e.history_length,
+                            e.prompt_template, system=e.system_prompt)
+    with EnvPool(e.id, env_kwargs={"invalid_action_penalty": e.invalid_action_penalty, **e.kwargs},
+                 max_steps=e.max_steps, workers=1) as pool:
+        yield config, pool, builder.batch_token_ids, HFGenerator(str(tiny_model_dir), dtype="fp32")
+
+
+def test_shares_played_apart_and_merged_equal_one_rollout_of_every_group(sokoban):
+    """Greedy hf: a sampled hf turn is seeded as a whole call, so only greedy (or per-request seeds, the vLLM
+    backend's async turns) makes a row's draw independent of which other rows share its call."""
+    config, pool, prompt_fn, generator = sokoban
+    seeds, group_size = [11, 12, 13, 14, 15], 3
+    settings = SamplingSettings(temperature=0.0, max_new_tokens=8, seed=5)
+    play = lambda part, offset: rollout(pool, generator, prompt_fn, part, group_size, settings,  # noqa: E731
+                                        config.rollout.max_prompt_tokens, group_offset=offset)
+    whole = play(seeds, 0)
+    shares = [Share(r, 2).of(len(seeds)) for r in range(2)]
+    parts = [play(seeds[s.start:s.stop], s.start) for s in shares]
+    merged = merge_rollouts(parts)
+    assert len({e.group for e in parts[1].episodes}) == 2 and min(e.group for e in parts[1].episodes) == 3
+    assert [bare(r) for r in merged.steps] == [bare(r) for r in whole.steps]
+    for mine, one in zip(merged.steps, whole.steps):  # a share's calls are narrower: float rounding differs
+        np.testing.assert_allclose(mine.response_logprobs, one.response_logprobs, rtol=0, atol=1e-5)
+    assert [asdict(e) for e in merged.episodes] == [asdict(e) for e in whole.episodes]
+    assert merged.tokens_generated == whole.tokens_generated
+    # the merged metrics: counts summed, rates recomputed over every share's episodes
+    got = merge_metrics([p.metrics() for p in parts], replace(merged, steps=[]))
+    assert got == pytest.approx(whole.metrics())
+    assert got["rollout/episodes"] == 15 and got["rollout/env_steps"] == len(whole.steps)
+    # advantages are group-local: each share's own equal the whole batch's rows
+    algorithm = config.algorithm
+    full, _ = with_advantages(StepBatch.from_records(whole.steps), algorithm, None)
+    for part in parts:
+        own, _ = with_advantages(StepBatch.from_records(part.steps), algorithm, None)
+        index = {(r.traj, r.step): i for i, r in enumerate(whole.steps)}
+        rows = [index[(r.traj, r.step)] for r in part.steps]
+        np.testing.assert_allclose(own.advantage, full.advantage[rows], rtol=0, atol=1e-12)
+    assert np.abs(full.advantage).max() > 0  # the check above compared something
