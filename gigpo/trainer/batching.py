@@ -122,10 +122,6 @@ class MicroBatch:
         """Tokens the model processes, padding included."""
         return int(self.input_ids.numel())
 
-    @property
-    def num_response_tokens(self) -> int:
-        return int(self.mask.sum().item())
-
 
 def check_token_budget(max_prompt_tokens: int, max_new_tokens: int, micro_token_budget: int) -> None:
     """Fail before rollout when the longest possible sample cannot fit one micro-batch."""

@@ -44,10 +44,6 @@ class CheckpointState:
     loop_state: dict[str, Any] = field(default_factory=dict)
 
 
-def checkpoint_dir(run_dir: str | Path, iteration: int) -> Path:
-    return Path(run_dir) / CHECKPOINTS / str(iteration)
-
-
 def _complete_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():

@@ -27,7 +27,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"gigpo: {exc}", file=sys.stderr)
         return 2
     try:
-        return launch_or_train(config, args.recipe, args.overrides, resume=args.resume)
+        return launch_or_train(config, resume=args.resume)
     except TokenBudgetError as exc:
         print(f"gigpo: {exc}", file=sys.stderr)
         return 2

@@ -320,7 +320,7 @@ def finish(run_dir: Path, state: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def launch_or_train(config: Config, recipe: str, overrides: Sequence[str], resume: bool) -> int:
+def launch_or_train(config: Config, resume: bool) -> int:
     """`gigpo train`: relaunch through DeepSpeed's launcher for several ranks, else train here."""
     import sys
 

@@ -27,10 +27,6 @@ from gigpo.envs.alfworld.spec import GAME_FILE, MAX_STEPS, SPLITS, TASK_TYPES, T
 EXPERT_MAX_STEPS = 200
 
 
-class ExpertFailed(RuntimeError):
-    """The hand-coded expert gave up (timeout or no subgoal left) in this game."""
-
-
 class FixedAlfredExpert(AlfredExpert):
     """alfworld's hand-coded expert with the "move"/"put" mismatch fixed, loadable from game data.
 
