@@ -34,7 +34,7 @@ class Progress:
         self._tenth = 0
         self._printed = False
         self.bar: Any = None
-        if enabled and _is_terminal(self.stream):
+        if enabled and is_terminal(self.stream):
             from tqdm import tqdm
 
             self.bar = tqdm(desc=desc, total=total, unit=unit, leave=leave, dynamic_ncols=True, file=self.stream)
@@ -102,7 +102,7 @@ class Progress:
 def quiet_library_bars(stream: Optional[TextIO] = None) -> None:
     """When `stream` (stderr by default) is not a terminal, switch off Hugging Face's progress bars (transformers'
     "Loading weights", huggingface_hub's downloads) here and, through the environment, in child processes."""
-    if _is_terminal(stream if stream is not None else sys.stderr):
+    if is_terminal(stream):
         return
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when huggingface_hub is imported
     if "huggingface_hub" in sys.modules:  # imported already: tell it directly
@@ -115,7 +115,9 @@ def quiet_library_bars(stream: Optional[TextIO] = None) -> None:
         disable_progress_bar()
 
 
-def _is_terminal(stream: TextIO) -> bool:
+def is_terminal(stream: Optional[TextIO] = None) -> bool:
+    """Whether `stream` (stderr by default, where bars go) is a terminal, so a bar may redraw in place."""
+    stream = stream if stream is not None else sys.stderr
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # a closed or file-like stream without a descriptor

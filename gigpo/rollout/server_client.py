@@ -17,10 +17,10 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import logging
 
@@ -94,9 +94,6 @@ class ServerGenerator(Generator):
         self._nccl_senders: dict[str, Any] = {}
         self._tied: Optional[bool] = None
         urls = [u.rstrip("/") for u in urls]
-        self.pool = ThreadPoolExecutor(max_workers=max(4, 2 * (len(urls) or num_servers)))
-        self._submit_pool: Optional[ThreadPoolExecutor] = None
-        """Threads for `submit`'s one-prompt requests: as many as the servers' batches hold, made on first use."""
         self._next_server = itertools.count()
         self._restart_lock = threading.Lock()
         self._in_flight: dict[int, _InFlight] = {}
@@ -220,7 +217,7 @@ class ServerGenerator(Generator):
     def _watched(self, server: Server, call, *args: Any) -> Any:
         """`call(*args)`, a blocking request to `server`, given up with ServerUnresponsive as soon as the
         server is seen dead, not only when its request timeout runs out (a weight sync of a hung server)."""
-        future, since = self.pool.submit(call, *args), time.monotonic()
+        future, since = _in_background(call, *args), time.monotonic()
         while not wait([future], timeout=HEALTH_EVERY_S).done:
             failure = self._failure(server, since)
             if failure is not None:
@@ -247,7 +244,7 @@ class ServerGenerator(Generator):
 
         def submit(k: int) -> None:
             lo, hi = chunks[k]
-            futures[k] = self.pool.submit(self._post_generate, self.servers[k], prompts[lo:hi], lo, settings)
+            futures[k] = _in_background(self._post_generate, self.servers[k], prompts[lo:hi], lo, settings)
             started[k] = time.monotonic()
 
         for k in chunks:
@@ -263,9 +260,10 @@ class ServerGenerator(Generator):
                     del futures[k]
                     server = self.servers[k]
                     if not server.supervised:
-                        raise ServerError(f"generation server {server.url} failed: {failure}. It is external "
-                                          "(rollout.server_urls), so it cannot be restarted from here: restart "
-                                          "it and resume the run, or remove it from rollout.server_urls")
+                        raise _reported(ServerError(f"generation server {server.url} failed: {failure}. It is external "
+                                                    "(rollout.server_urls), so it cannot be restarted from here: "
+                                                    "restart it and resume the run, or remove it from "
+                                                    "rollout.server_urls"))
                     if restarts[k] >= MAX_RESTARTS_PER_CALL:
                         raise ServerError(f"generation server {server.url} failed again after {restarts[k]} "
                                           f"restarts in one call: {failure}; see {server.log_path}")
@@ -288,13 +286,11 @@ class ServerGenerator(Generator):
         requests in flight as `generate` does (`_watch_submitted`): a hung supervised server is killed,
         so its requests fail and restart it; a hung external one fails its requests with a ServerError.
         """
-        if self._submit_pool is None:
-            threads = min(1024, self.engine.max_num_seqs * len(self.servers))
-            self._submit_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gigpo-submit")
+        if self._watcher is None:
             self._watcher = threading.Thread(target=self._watch_submitted, name="gigpo-server-watch", daemon=True)
             self._watcher.start()
-        self._submit_pool.submit(self._submit_one, list(map(int, prompt)), settings, _Once(done),
-                                 next(self._next_server) % len(self.servers))
+        _in_background(self._submit_one, list(map(int, prompt)), settings, _Once(done),
+                       next(self._next_server) % len(self.servers))
 
     def _submit_one(self, prompt: list[int], settings: SamplingSettings, done: "_Once", k: int) -> None:
         for attempt in range(MAX_RESTARTS_PER_CALL + 1):
@@ -355,6 +351,8 @@ class ServerGenerator(Generator):
                 error = ServerError(f"generation server {server.url} stopped answering: {failure}. It is external "
                                     "(rollout.server_urls), so it cannot be restarted from here: restart it and "
                                     "resume the run, or remove it from rollout.server_urls")
+                if not any(request.done.called for request in waiting):
+                    _reported(error)
                 for request in waiting:
                     request.done(error)
 
@@ -414,8 +412,9 @@ class ServerGenerator(Generator):
                 self._post_weights(server, path, version)
             except requests.RequestException as exc:
                 if not server.supervised:
-                    raise ServerError(f"generation server {server.url} failed to take weights version {version}: "
-                                      f"{exc}; restart it or remove it from rollout.server_urls") from exc
+                    raise _reported(ServerError(f"generation server {server.url} failed to take weights version "
+                                                f"{version}: {exc}; restart it or remove it from rollout.server_urls")
+                                    ) from exc
                 logger.warning("server %s failed during weight sync (%s); restarting", server.url, exc)
                 self._restart(server)
 
@@ -457,9 +456,29 @@ class ServerGenerator(Generator):
         if self.weights_path is not None:
             self.weights_path.unlink(missing_ok=True)
             self.weights_path = None
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        if self._submit_pool is not None:
-            self._submit_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _reported(error: ServerError) -> ServerError:
+    """`error`, logged now: the run's traceback comes only after its shutdown (the env pool, a producer
+    thread's job), which may outlast the 30 s in which a dead server must be seen."""
+    logger.error("%s", error)
+    return error
+
+
+def _in_background(call: Callable[..., Any], *args: Any) -> Future:
+    """`call(*args)` on a daemon thread of its own. A request given up on a hung server stays blocked until
+    its timeout; in a pool's worker it would also hold the process at exit (pools join their threads)."""
+    future: Future = Future()
+
+    def run() -> None:
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(call(*args))
+        except BaseException as exc:  # handed to whoever waits on the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="gigpo-server-request", daemon=True).start()
+    return future
 
 
 @dataclass
@@ -476,13 +495,13 @@ class _Once:
     own thread answers later."""
 
     def __init__(self, done: CompletionCallback) -> None:
-        self._done, self._lock, self._called = done, threading.Lock(), False
+        self._done, self._lock, self.called = done, threading.Lock(), False
 
     def __call__(self, answer: Any) -> None:
         with self._lock:
-            if self._called:
+            if self.called:
                 return
-            self._called = True
+            self.called = True
         self._done(answer)
 
 

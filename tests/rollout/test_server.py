@@ -309,3 +309,50 @@ def test_training_resumed_against_the_server_continues_exactly(served, tiny_mode
     assert_same_weights(run, reference, 2, resumed_from=1)
     assert requests.get(f"{url}/version", timeout=5).json() == {"version": 2}
     served._version = 2  # the supervised client's view of the server, for any test after this one
+
+
+def test_a_run_in_async_mode_names_a_server_that_stops_answering_within_30_s(served, tiny_model_dir, tmp_path):
+    """`gigpo train` in rollout.mode=async with async turns, against this module's server as an external one:
+    the server is stopped (SIGSTOP) once iteration 1 is logged, while the producer thread plays ahead. The
+    run fails with an error naming the server within 30 s (before: when request_timeout_s, 60 s here, ran out)."""
+    import subprocess
+    import sys
+
+    from support.run import REPO, SMALL, clean_env
+
+    url, pid = served.servers[0].url, served.servers[0].process.pid
+    serve_the_base_model(served, tiny_model_dir)
+    log = tmp_path / "log"
+    cmd = [sys.executable, "-m", "gigpo.cli", "train", "recipes/sokoban_tiny.yaml", *SMALL,
+           "rollout.backend=vllm-server", f"rollout.server_urls=[{url}]", f"model.path={tiny_model_dir}",
+           "rollout.mode=async", "rollout.turns=async", "rollout.request_timeout_s=60", "trainer.iterations=50",
+           "trainer.eval_every=1000", f"trainer.run_dir={tmp_path / 'run'}"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                env={**clean_env(), "GIGPO_SERVER_TOKEN": TOKEN})
+    stopped = None
+    try:
+        deadline = time.monotonic() + 400
+        while "iter 1/50" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+            time.sleep(0.2)
+        os.killpg(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        while "stopped answering" not in log.read_text(errors="replace") and time.monotonic() - stopped < 120:
+            assert proc.poll() is None or "stopped answering" in log.read_text(errors="replace"), \
+                log.read_text(errors="replace")[-3000:]
+            time.sleep(0.2)
+        seen = time.monotonic() - stopped
+        assert proc.wait(timeout=120) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if stopped is not None:
+            os.killpg(pid, signal.SIGCONT)
+    text = log.read_text(errors="replace")
+    # a rollout's requests or a weight sync, whichever the stop caught: both name the server and the fix
+    assert f"{url} stopped answering: /health unanswered" in text, text[-3000:]
+    assert "rollout.server_urls" in text
+    assert seen < 30
+    served._version = requests.get(f"{url}/version", timeout=60).json()["version"]  # the run synced it on
