@@ -12,6 +12,7 @@ import sys
 
 from gigpo.config import RecipeError, dump_config, load_config
 from gigpo.models.pretrained import ModelFetchError
+from gigpo.progress import quiet_library_bars
 
 # Subsystem command modules, in the order `gigpo --help` lists them.
 COMMAND_MODULES: list[str] = ["gigpo.advantage.cli", "gigpo.envs.cli", "gigpo.envs.alfworld.cli", "gigpo.rollout.cli",
@@ -137,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             args.overrides = [*args.overrides, *extra]
         else:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    quiet_library_bars()  # a log file gets no carriage-return bars from the libraries underneath
     try:
         return int(args.func(args) or 0)
     except RecipeError as exc:

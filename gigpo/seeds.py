@@ -99,9 +99,15 @@ def probe_seed(run_seed: int, iteration: int) -> int:
     return run_seed * 7_919 + iteration
 
 
+def placebo_order(rows: int, seed: int, iteration: int) -> np.ndarray:
+    """`algorithm.shuffle_advantages`: row i trains on row `order[i]`'s advantage, an order drawn from
+    (seed, iteration) alone. Indices, so the logged parts (episode, step) can follow the advantage."""
+    return np.random.default_rng([seed, iteration]).permutation(rows)
+
+
 def placebo_advantages(advantage: np.ndarray, seed: int, iteration: int) -> np.ndarray:
-    """`algorithm.shuffle_advantages`: the same values in an order drawn from (seed, iteration) alone."""
-    return np.random.default_rng([seed, iteration]).permutation(advantage)
+    """The placebo's advantages: the same values in `placebo_order`."""
+    return advantage[placebo_order(len(advantage), seed, iteration)]
 
 
 def minibatch_seed(run_seed: int, update: int) -> int:

@@ -1,11 +1,12 @@
 """Trainer-side client for `gigpo serve`: starts and supervises servers, or uses given URLs.
 
 Requests are spread over the servers in contiguous chunks (prompt i keeps seed `seed + i` wherever
-it runs). While a request is in flight the client watches each busy server: a supervised process
-that exited, or any server whose /health has not answered for `unresponsive_s`, is declared dead.
-A supervised server is then killed, restarted, re-synced to the current weights and given its
-chunk again; an external server fails the call with a message naming it. No request waits longer
-than `request_timeout_s`.
+it runs). While any request is in flight (a batched call's chunk, an async turn's one-prompt request,
+a weight sync) the client watches the busy server: a supervised process that exited, or any server
+whose /health has not answered for `unresponsive_s`, is declared dead, within ~13 s whatever
+`request_timeout_s` says. A supervised server is then killed, restarted, re-synced to the current
+weights and given its work again; an external server fails the call with a message naming it and
+what to do. No request waits longer than `request_timeout_s`.
 """
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import logging
 
@@ -50,6 +51,10 @@ class ServerError(RuntimeError):
     """A generation server failed in a way the client cannot repair."""
 
 
+class ServerUnresponsive(requests.ConnectionError):
+    """A request abandoned because its server was seen dead (a connection fault, handled as one)."""
+
+
 @dataclass
 class Server:
     url: str
@@ -57,6 +62,11 @@ class Server:
     """Set when this client started the server (and so may restart it)."""
     log_path: Optional[Path] = None
     restarts: int = field(default=0)
+    answered: float = 0.0
+    """monotonic time of the last /health answer (0: none watched yet)."""
+    probed: float = 0.0
+    """monotonic time of the last /health probe, so concurrent watchers share one probe per period."""
+    probe_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def supervised(self) -> bool:
@@ -84,11 +94,14 @@ class ServerGenerator(Generator):
         self._nccl_senders: dict[str, Any] = {}
         self._tied: Optional[bool] = None
         urls = [u.rstrip("/") for u in urls]
-        self.pool = ThreadPoolExecutor(max_workers=max(4, 2 * (len(urls) or num_servers)))
-        self._submit_pool: Optional[ThreadPoolExecutor] = None
-        """Threads for `submit`'s one-prompt requests: as many as the servers' batches hold, made on first use."""
         self._next_server = itertools.count()
         self._restart_lock = threading.Lock()
+        self._in_flight: dict[int, _InFlight] = {}
+        """`submit`'s requests still running, watched by one thread (`_watch_submitted`)."""
+        self._tickets = itertools.count()
+        self._in_flight_lock = threading.Lock()
+        self._watcher: Optional[threading.Thread] = None
+        self._closed = threading.Event()
         try:
             if urls:
                 self.servers = [Server(u) for u in urls]
@@ -127,6 +140,7 @@ class ServerGenerator(Generator):
         if server is None:
             return Server(f"http://127.0.0.1:{port}", process, log_path)
         server.url, server.process, server.log_path = f"http://127.0.0.1:{port}", process, log_path
+        server.answered = server.probed = 0.0
         server.restarts += 1
         return server
 
@@ -157,14 +171,23 @@ class ServerGenerator(Generator):
                 pass
             proc.wait(timeout=10)
 
+    def _kill(self, server: Server) -> None:
+        """SIGKILL a supervised server's whole session (its vLLM workers too): a hung or stopped process
+        ignores SIGTERM. Its open requests then fail at once."""
+        if server.process is None:
+            return
+        try:
+            os.killpg(server.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            server.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
     def _restart(self, server: Server) -> None:
         """Replace a dead supervised server and bring it to the current weights."""
-        self._stop(server)
-        if server.process is not None:  # its session may still hold vLLM workers
-            try:
-                os.killpg(server.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        self._kill(server)  # it failed: no graceful stop (a stopped process would sit out SIGTERM's 10 s)
         self._start_server(server)
         self._wait_ready(server)
         if self.weights_path is not None:
@@ -176,6 +199,30 @@ class ServerGenerator(Generator):
             return requests.get(f"{server.url}/health", timeout=HEALTH_TIMEOUT_S).status_code == 200
         except requests.RequestException:
             return False
+
+    def _failure(self, server: Server, since: float) -> Optional[str]:
+        """Why `server` counts as dead for work under way since `since`, or None while it is alive: its
+        process exited, or its /health has not answered for `unresponsive_s`. /health is probed at most
+        once per HEALTH_EVERY_S, whichever thread asks."""
+        if server.process is not None and server.process.poll() is not None:
+            return f"its process exited with code {server.process.returncode}"
+        with server.probe_lock:
+            if time.monotonic() - server.probed >= HEALTH_EVERY_S:
+                if self._healthy(server):
+                    server.answered = time.monotonic()
+                server.probed = time.monotonic()
+        silent = time.monotonic() - max(server.answered, since)
+        return f"/health unanswered for {silent:.0f} s" if silent > self.unresponsive_s else None
+
+    def _watched(self, server: Server, call, *args: Any) -> Any:
+        """`call(*args)`, a blocking request to `server`, given up with ServerUnresponsive as soon as the
+        server is seen dead, not only when its request timeout runs out (a weight sync of a hung server)."""
+        future, since = _in_background(call, *args), time.monotonic()
+        while not wait([future], timeout=HEALTH_EVERY_S).done:
+            failure = self._failure(server, since)
+            if failure is not None:
+                raise ServerUnresponsive(f"{server.url} stopped answering: {failure}")
+        return future.result()
 
     def _require_healthy(self, server: Server, deadline: float) -> None:
         while not self._healthy(server):
@@ -194,19 +241,18 @@ class ServerGenerator(Generator):
         restarts = {k: 0 for k in chunks}
         futures: dict[int, Future] = {}
         started: dict[int, float] = {}
-        answered: dict[int, float] = {}
 
         def submit(k: int) -> None:
             lo, hi = chunks[k]
-            futures[k] = self.pool.submit(self._post_generate, self.servers[k], prompts[lo:hi], lo, settings)
-            started[k] = answered[k] = time.monotonic()
+            futures[k] = _in_background(self._post_generate, self.servers[k], prompts[lo:hi], lo, settings)
+            started[k] = time.monotonic()
 
         for k in chunks:
             submit(k)
         while futures:
             wait(list(futures.values()), timeout=HEALTH_EVERY_S, return_when=FIRST_COMPLETED)
             for k, future in list(futures.items()):
-                failure = self._chunk_failure(k, future, started[k], answered)
+                failure = self._chunk_failure(k, future, started[k])
                 if future.done() and failure is None:
                     results[k] = future.result()
                     del futures[k]
@@ -214,9 +260,10 @@ class ServerGenerator(Generator):
                     del futures[k]
                     server = self.servers[k]
                     if not server.supervised:
-                        raise ServerError(f"generation server {server.url} failed: {failure}. It is external "
-                                          "(rollout.server_urls), so it cannot be restarted from here: restart "
-                                          "it and resume the run, or remove it from rollout.server_urls")
+                        raise _reported(ServerError(f"generation server {server.url} failed: {failure}. It is external "
+                                                    "(rollout.server_urls), so it cannot be restarted from here: "
+                                                    "restart it and resume the run, or remove it from "
+                                                    "rollout.server_urls"))
                     if restarts[k] >= MAX_RESTARTS_PER_CALL:
                         raise ServerError(f"generation server {server.url} failed again after {restarts[k]} "
                                           f"restarts in one call: {failure}; see {server.log_path}")
@@ -235,22 +282,25 @@ class ServerGenerator(Generator):
         """Post one prompt on its own (servers batch concurrent requests); servers take turns.
 
         A request that fails on a supervised server restarts it (once per failure, however many requests
-        saw it) and is sent again, up to MAX_RESTARTS_PER_CALL times; a hung server is noticed when
-        `request_timeout_s` runs out (the /health watch of `generate` is not run per request).
+        saw it) and is sent again, up to MAX_RESTARTS_PER_CALL times. One thread watches the servers with
+        requests in flight as `generate` does (`_watch_submitted`): a hung supervised server is killed,
+        so its requests fail and restart it; a hung external one fails its requests with a ServerError.
         """
-        if self._submit_pool is None:
-            threads = min(1024, self.engine.max_num_seqs * len(self.servers))
-            self._submit_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gigpo-submit")
-        self._submit_pool.submit(self._submit_one, list(map(int, prompt)), settings, done,
-                                 next(self._next_server) % len(self.servers))
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch_submitted, name="gigpo-server-watch", daemon=True)
+            self._watcher.start()
+        _in_background(self._submit_one, list(map(int, prompt)), settings, _Once(done),
+                       next(self._next_server) % len(self.servers))
 
-    def _submit_one(self, prompt: list[int], settings: SamplingSettings, done: CompletionCallback, k: int) -> None:
+    def _submit_one(self, prompt: list[int], settings: SamplingSettings, done: "_Once", k: int) -> None:
         for attempt in range(MAX_RESTARTS_PER_CALL + 1):
             server = self.servers[k]
             incarnation = server.restarts
+            ticket = self._track(_InFlight(server, incarnation, time.monotonic(), done))
             try:
                 answer = self._post_generate(server, [prompt], 0, settings)
             except requests.RequestException as exc:
+                self._untrack(ticket)
                 if not server.supervised or attempt == MAX_RESTARTS_PER_CALL:
                     done(ServerError(f"generation server {server.url} failed: {exc}"
                                      + ("" if server.supervised else " (external: restart it and resume the run)")))
@@ -261,14 +311,53 @@ class ServerGenerator(Generator):
                         self._restart(server)
                 continue
             except BaseException as exc:  # bad input, a missed sync: not a server fault
+                self._untrack(ticket)
                 done(exc)
                 return
+            self._untrack(ticket)
             done(answer)
             return
 
-    def _chunk_failure(self, k: int, future: Future, started: float, answered: dict[int, float]) -> Optional[str]:
+    def _track(self, request: "_InFlight") -> int:
+        with self._in_flight_lock:
+            ticket = next(self._tickets)
+            self._in_flight[ticket] = request
+        return ticket
+
+    def _untrack(self, ticket: int) -> None:
+        with self._in_flight_lock:
+            self._in_flight.pop(ticket, None)
+
+    def _watch_submitted(self) -> None:
+        """Every HEALTH_EVERY_S, the servers with `submit` requests in flight: one seen dead is killed
+        (supervised: its requests fail now, and the first to fail restarts it) or, external, its
+        requests fail with an error that names it."""
+        while not self._closed.wait(HEALTH_EVERY_S):
+            with self._in_flight_lock:  # requests per server, sent to its current process
+                busy: dict[int, list[_InFlight]] = {}
+                for request in self._in_flight.values():
+                    if request.incarnation == request.server.restarts:
+                        busy.setdefault(id(request.server), []).append(request)
+            for waiting in busy.values():
+                server = waiting[0].server
+                failure = self._failure(server, min(r.started for r in waiting))
+                if failure is None:
+                    continue
+                if server.supervised:
+                    logger.warning("generation server %s failed (%s); killing it so its requests restart it",
+                                   server.url, failure)
+                    self._kill(server)
+                    continue
+                error = ServerError(f"generation server {server.url} stopped answering: {failure}. It is external "
+                                    "(rollout.server_urls), so it cannot be restarted from here: restart it and "
+                                    "resume the run, or remove it from rollout.server_urls")
+                if not any(request.done.called for request in waiting):
+                    _reported(error)
+                for request in waiting:
+                    request.done(error)
+
+    def _chunk_failure(self, k: int, future: Future, started: float) -> Optional[str]:
         """Why server k's request counts as failed, or None while it is fine."""
-        server, now = self.servers[k], time.monotonic()
         if future.done():
             exc = future.exception()
             if exc is None:
@@ -276,15 +365,9 @@ class ServerGenerator(Generator):
             if isinstance(exc, requests.RequestException):
                 return f"request failed: {exc}"
             raise exc  # bad input (ValueError) or a version mismatch: not a server fault
-        if server.process is not None and server.process.poll() is not None:
-            return f"its process exited with code {server.process.returncode}"
-        if now - started > self.request_timeout_s:
+        if time.monotonic() - started > self.request_timeout_s:
             return f"no answer within request_timeout_s={self.request_timeout_s}"
-        if self._healthy(server):
-            answered[k] = now
-        elif now - answered[k] > self.unresponsive_s:
-            return f"/health unanswered for {now - answered[k]:.0f} s"
-        return None
+        return self._failure(self.servers[k], started)
 
     def _post_generate(self, server: Server, prompts: list[list[int]], offset: int,
                        settings: SamplingSettings) -> list[Completion]:
@@ -329,8 +412,9 @@ class ServerGenerator(Generator):
                 self._post_weights(server, path, version)
             except requests.RequestException as exc:
                 if not server.supervised:
-                    raise ServerError(f"generation server {server.url} failed to take weights version {version}: "
-                                      f"{exc}; restart it or remove it from rollout.server_urls") from exc
+                    raise _reported(ServerError(f"generation server {server.url} failed to take weights version "
+                                                f"{version}: {exc}; restart it or remove it from rollout.server_urls")
+                                    ) from exc
                 logger.warning("server %s failed during weight sync (%s); restarting", server.url, exc)
                 self._restart(server)
 
@@ -363,17 +447,62 @@ class ServerGenerator(Generator):
         resp.raise_for_status()
 
     def _post_weights(self, server: Server, path: Path, version: int) -> None:
-        self._post(server, "update_weights", {"path": str(path), "version": version})
+        self._watched(server, self._post, server, "update_weights", {"path": str(path), "version": version})
 
     def close(self) -> None:
+        self._closed.set()
         for server in self.servers:
             self._stop(server)
         if self.weights_path is not None:
             self.weights_path.unlink(missing_ok=True)
             self.weights_path = None
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        if self._submit_pool is not None:
-            self._submit_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _reported(error: ServerError) -> ServerError:
+    """`error`, logged now: the run's traceback comes only after its shutdown (the env pool, a producer
+    thread's job), which may outlast the 30 s in which a dead server must be seen."""
+    logger.error("%s", error)
+    return error
+
+
+def _in_background(call: Callable[..., Any], *args: Any) -> Future:
+    """`call(*args)` on a daemon thread of its own. A request given up on a hung server stays blocked until
+    its timeout; in a pool's worker it would also hold the process at exit (pools join their threads)."""
+    future: Future = Future()
+
+    def run() -> None:
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(call(*args))
+        except BaseException as exc:  # handed to whoever waits on the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="gigpo-server-request", daemon=True).start()
+    return future
+
+
+@dataclass
+class _InFlight:
+    """One `submit` request under way: where it went, since when, and its (once-only) callback."""
+    server: Server
+    incarnation: int
+    started: float
+    done: "_Once"
+
+
+class _Once:
+    """A completion callback that passes on its first call only: the watcher may fail a request whose
+    own thread answers later."""
+
+    def __init__(self, done: CompletionCallback) -> None:
+        self._done, self._lock, self.called = done, threading.Lock(), False
+
+    def __call__(self, answer: Any) -> None:
+        with self._lock:
+            if self.called:
+                return
+            self.called = True
+        self._done(answer)
 
 
 def _split(n: int, parts: int) -> list[tuple[int, int]]:

@@ -14,6 +14,7 @@ import torch
 
 from gigpo.dtypes import canonical_dtype
 from gigpo.ports import free_port
+from gigpo.progress import is_terminal
 from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.generator import CompletionCallback, Generator, check_prompts, check_version
 from gigpo.rollout.types import Completion, SamplingSettings
@@ -35,6 +36,7 @@ def build_engine(model_path: str, engine: EngineSettings) -> Any:
         enable_prefix_caching=engine.enable_prefix_caching, max_num_seqs=engine.max_num_seqs,
         gpu_memory_utilization=engine.gpu_memory_utilization, enforce_eager=engine.enforce_eager,
         worker_extension_cls="gigpo.rollout.vllm_worker.WeightSyncExtension",
+        use_tqdm_on_load=is_terminal(),  # its bars (loading weights) would leave '\r' fragments in a log file
     )
     max_model_len, max_lora_rank = engine.max_model_len, engine.max_lora_rank
     if max_model_len is not None:

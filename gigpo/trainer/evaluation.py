@@ -5,6 +5,7 @@ import math
 from typing import TYPE_CHECKING, Optional
 
 from gigpo.config import Config
+from gigpo.progress import LINE_EVERY_S, Progress
 from gigpo.seeds import eval_sampling_seed, eval_seeds
 from gigpo.trainer.setup import build_generator, build_pool, build_prompt_fn, sampling
 
@@ -13,21 +14,12 @@ if TYPE_CHECKING:
     from gigpo.trainer.sharding import Share
 
 
-class EpisodeBar:
-    """A tqdm bar of finished episodes for one rollout phase (the `progress` callback of `rollout`)."""
+class EpisodeBar(Progress):
+    """Finished episodes of one rollout phase (the `progress` callback of `rollout`): a bar on a terminal,
+    in a log file a line at most every LINE_EVERY_S (a rollout of a few seconds prints none)."""
 
     def __init__(self, desc: str, enabled: bool) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(desc=desc, unit="ep", leave=False, disable=not enabled, dynamic_ncols=True)
-
-    def __call__(self, done: int, total: int) -> None:
-        self.bar.total = total
-        self.bar.n = done
-        self.bar.refresh()
-
-    def close(self) -> None:
-        self.bar.close()
+        super().__init__(desc, unit="ep", enabled=enabled, min_interval_s=LINE_EVERY_S)
 
 
 def evaluate(config: Config, pool, generator, prompt_fn, episodes: Optional[int] = None, prefix: str = "eval/",

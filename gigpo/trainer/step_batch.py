@@ -22,7 +22,7 @@ from gigpo.advantage.anchors import anchor_keys
 from gigpo.advantage.estimators import AdvantageResult, compute_advantages
 from gigpo.advantage.rows import StepRows
 from gigpo.rollout.records import StepRecord
-from gigpo.seeds import placebo_advantages
+from gigpo.seeds import placebo_order
 from gigpo.trainer.action_tokens import action_token_mask
 from gigpo.trainer.batching import TrainSample
 from gigpo.trainer.nonfinite import require_finite
@@ -163,7 +163,9 @@ def with_advantages(batch: StepBatch, algorithm: "AlgorithmConfig", token_values
     """`batch` with advantages and returns from `algorithm.estimator` (PPO: `token_values`, the critic's),
     and the estimator's full result (step groups, parts) for diagnostics.
 
-    `placebo` = (seed, iteration) permutes the advantages (`algorithm.shuffle_advantages`).
+    `placebo` = (seed, iteration) permutes the advantages (`algorithm.shuffle_advantages`). The result
+    then carries the permuted advantages, with their episode and step parts moved alongside, so the logs
+    and records show what each row was trained on, not the estimate it lost.
     """
     a = algorithm
     if token_values is not None:
@@ -172,5 +174,8 @@ def with_advantages(batch: StepBatch, algorithm: "AlgorithmConfig", token_values
                                 norm=a.norm, episode_stats=a.episode_stats, similarity=a.similarity,
                                 step_min_spread=a.step_min_spread)
     require_finite("advantages", result.advantage, where)
-    advantage = result.advantage if placebo is None else placebo_advantages(result.advantage, *placebo)
-    return replace(batch, advantage=advantage, returns=result.returns, where=where), result
+    if placebo is not None:
+        order = placebo_order(len(result.advantage), *placebo)
+        result = replace(result, advantage=result.advantage[order], episode_advantage=result.episode_advantage[order],
+                         step_advantage=result.step_advantage[order])
+    return replace(batch, advantage=result.advantage, returns=result.returns, where=where), result

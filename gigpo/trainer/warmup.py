@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-from tqdm import tqdm
 
 from gigpo.cpu_bf16 import bf16_matmuls
+from gigpo.progress import Progress
 from gigpo.trainer.action_tokens import action_token_mask
 
 
@@ -62,11 +62,11 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
     rng = random.Random(seed)
     pad = tokenizer.pad_token_id
     weights_of = AnswerWeights(tokenizer, action_share) if action_share is not None else None
-    bar = tqdm(range(steps), desc="warm-up (supervised)", disable=not progress, leave=False)
+    bar = Progress("warm-up (supervised)", total=steps, unit="step", enabled=progress)  # a log file: lines, no bar
     # without a bar (logging.progress=false: logs of `gigpo compare` runs) a line every tenth of the way,
     # so minutes of warm-up are not silent
     report_every, start = max(1, steps // 10), time.monotonic()
-    for step in bar:
+    for step in bar.iterate(range(steps)):
         batch = [pairs[rng.randrange(len(pairs))] for _ in range(batch_size)]
         ids, labels, attention = answer_batch(batch, pad)
         width = ids.shape[1]

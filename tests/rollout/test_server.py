@@ -24,7 +24,7 @@ from support.models import load_trainer_model, perturb
 from support.run import (assert_generator_holds_the_trainers_weights, assert_same_update, assert_same_weights,
                          cut_back, metrics_of, train)
 
-from .conftest import GREEDY, assert_submitted_like_a_batch, sample_prompts
+from .conftest import GREEDY, assert_submitted_like_a_batch, sample_prompts, submit_and_wait
 
 TOKEN = "test-token"
 
@@ -147,6 +147,38 @@ def test_killed_server_is_restarted_at_the_current_version(served, trainer):
         assert {c.weight_version for c in result} == {version}
 
 
+def test_server_that_stops_answering_mid_async_rollout_is_seen_within_30_s_and_replaced(served, trainer):
+    """Async turns post one request per prompt. A supervised server stopped (SIGSTOP) under them is killed
+    within 30 s of going silent, restarted at the current weights, and the requests come back right. Before,
+    only the request timeout (60 s here, 300 s by default) noticed it."""
+    prompts = sample_prompts(8, seed=14)
+    version = _sync_both(served, trainer, seed=600)
+    served.update_weights(trainer[0].named_parameters(), version)
+    expected = [c.token_ids for c in trainer[1].generate(prompts, GREEDY)]
+    first = served.servers[0].process
+    seen: dict[str, float] = {}
+
+    def time_of_death() -> None:
+        while first.poll() is None:
+            time.sleep(0.2)
+        seen["dead"] = time.monotonic()
+
+    served.request_timeout_s, timeout = 60.0, served.request_timeout_s
+    os.killpg(first.pid, signal.SIGSTOP)
+    seen["stopped"] = time.monotonic()
+    watcher = threading.Thread(target=time_of_death, daemon=True)
+    watcher.start()
+    try:
+        got = submit_and_wait(served, prompts, GREEDY, timeout_s=400)
+    finally:
+        served.request_timeout_s = timeout
+    watcher.join(timeout=5)
+    assert seen["dead"] - seen["stopped"] < 30
+    assert served.servers[0].process is not first and served.servers[0].process.poll() is None
+    assert_greedy_matches(trainer[1].model, prompts, tokens(got), expected)
+    assert {c.weight_version for c in got} == {version}
+
+
 def test_external_server_syncs_by_broadcast_with_the_token(served, trainer, tiny_model_dir):
     """The path to a server on another machine: no shared /dev/shm, so the client opens a broadcast
     group (gloo here, NCCL on GPUs) that the server joins through its token-guarded /weight_transfer."""
@@ -181,6 +213,48 @@ def test_external_server_that_stops_answering_fails_clearly(served, tiny_model_d
         os.killpg(pid, signal.SIGCONT)
         external.close()
     assert time.monotonic() - start < 30
+
+
+def test_external_server_that_stops_answering_mid_async_rollout_fails_its_requests_within_30_s(served, tiny_model_dir):
+    """An async rollout's one-prompt requests to a stopped external server fail within 30 s with an error that
+    names it and what to do; before, each waited out request_timeout_s (60 s here, 300 s by default)."""
+    url = served.servers[0].url
+    external = ServerGenerator(str(tiny_model_dir), urls=[url], token=TOKEN, request_timeout_s=60)
+    external._version = served.version
+    pid = served.servers[0].process.pid
+    prompts = sample_prompts(4, seed=13)
+    try:
+        assert len(submit_and_wait(external, prompts, GREEDY)) == len(prompts)  # the rollout's first turn
+        os.killpg(pid, signal.SIGSTOP)
+        start = time.monotonic()
+        with pytest.raises(ServerError, match=f"{url} stopped answering: /health unanswered .* restart it and resume"):
+            submit_and_wait(external, prompts, GREEDY, timeout_s=90)
+        took = time.monotonic() - start
+    finally:
+        os.killpg(pid, signal.SIGCONT)
+        external.close()
+    assert took < 30
+
+
+def test_weight_sync_to_a_stopped_external_server_fails_within_30_s(served, trainer, tiny_model_dir):
+    """A weight sync to a stopped external server fails within 30 s, naming it; the server, continued, keeps its
+    weights (the sync's file is gone by then)."""
+    url = served.servers[0].url
+    external = ServerGenerator(str(tiny_model_dir), urls=[url], token=TOKEN, request_timeout_s=60)
+    external._version = before = served.version
+    pid = served.servers[0].process.pid
+    os.killpg(pid, signal.SIGSTOP)
+    start = time.monotonic()
+    try:
+        with pytest.raises(ServerError, match=f"{url} failed to take weights version {before + 1}: {url} stopped "
+                                              "answering: /health unanswered .* remove it from rollout.server_urls"):
+            external.update_weights(trainer[0].named_parameters(), before + 1)
+        took = time.monotonic() - start
+    finally:
+        external.close()  # removes the weights file before the server reads the queued request
+        os.killpg(pid, signal.SIGCONT)
+    assert took < 30
+    assert requests.get(f"{url}/version", timeout=30).json() == {"version": before}
 
 
 def test_unreachable_external_server_is_named():
@@ -235,3 +309,50 @@ def test_training_resumed_against_the_server_continues_exactly(served, tiny_mode
     assert_same_weights(run, reference, 2, resumed_from=1)
     assert requests.get(f"{url}/version", timeout=5).json() == {"version": 2}
     served._version = 2  # the supervised client's view of the server, for any test after this one
+
+
+def test_a_run_in_async_mode_names_a_server_that_stops_answering_within_30_s(served, tiny_model_dir, tmp_path):
+    """`gigpo train` in rollout.mode=async with async turns, against this module's server as an external one:
+    the server is stopped (SIGSTOP) once iteration 1 is logged, while the producer thread plays ahead. The
+    run fails with an error naming the server within 30 s (before: when request_timeout_s, 60 s here, ran out)."""
+    import subprocess
+    import sys
+
+    from support.run import REPO, SMALL, clean_env
+
+    url, pid = served.servers[0].url, served.servers[0].process.pid
+    serve_the_base_model(served, tiny_model_dir)
+    log = tmp_path / "log"
+    cmd = [sys.executable, "-m", "gigpo.cli", "train", "recipes/sokoban_tiny.yaml", *SMALL,
+           "rollout.backend=vllm-server", f"rollout.server_urls=[{url}]", f"model.path={tiny_model_dir}",
+           "rollout.mode=async", "rollout.turns=async", "rollout.request_timeout_s=60", "trainer.iterations=50",
+           "trainer.eval_every=1000", f"trainer.run_dir={tmp_path / 'run'}"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                env={**clean_env(), "GIGPO_SERVER_TOKEN": TOKEN})
+    stopped = None
+    try:
+        deadline = time.monotonic() + 400
+        while "iter 1/50" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+            time.sleep(0.2)
+        os.killpg(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        while "stopped answering" not in log.read_text(errors="replace") and time.monotonic() - stopped < 120:
+            assert proc.poll() is None or "stopped answering" in log.read_text(errors="replace"), \
+                log.read_text(errors="replace")[-3000:]
+            time.sleep(0.2)
+        seen = time.monotonic() - stopped
+        assert proc.wait(timeout=120) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if stopped is not None:
+            os.killpg(pid, signal.SIGCONT)
+    text = log.read_text(errors="replace")
+    # a rollout's requests or a weight sync, whichever the stop caught: both name the server and the fix
+    assert f"{url} stopped answering: /health unanswered" in text, text[-3000:]
+    assert "rollout.server_urls" in text
+    assert seen < 30
+    served._version = requests.get(f"{url}/version", timeout=60).json()["version"]  # the run synced it on

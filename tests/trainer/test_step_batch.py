@@ -62,6 +62,33 @@ def test_columns_estimators_and_samples_keep_every_row_aligned(played):
     assert sorted(placebo.advantage) == sorted(scored.advantage) and not np.array_equal(placebo.advantage, scored.advantage)
 
 
+def test_a_placebo_logs_and_records_the_advantages_it_trains_on(played):
+    """`algorithm.shuffle_advantages`: the result the loop logs (adv/ metrics) and records (the viewer's
+    per-step advantage) holds the permuted advantages the samples carry, parts moved alongside; before,
+    it held the estimate each row lost to the permutation."""
+    from gigpo.seeds import placebo_advantages
+    from gigpo.viewer.records import step_columns
+
+    config, tokenizer, records = played
+    a = config.algorithm
+    assert a.estimator == "gigpo" and a.step_weight != 0  # both parts are non-trivial
+    batch = StepBatch.from_records(records)
+    scored, estimate = with_advantages(batch, a)
+    placebo, result = with_advantages(batch, a, placebo=(0, 1))
+    trained = [s.advantage for s in placebo.train_samples(tokenizer)]
+    assert np.array_equal(placebo.advantage, placebo_advantages(scored.advantage, 0, 1))  # the same update as before
+    assert not np.array_equal(placebo.advantage, scored.advantage)
+    assert np.array_equal(result.advantage, trained) and np.array_equal(result.advantage, placebo.advantage)
+    columns = step_columns(records, a.gamma, a.similarity, result, placebo.rows, a.estimator)
+    assert np.array_equal(columns.advantage, placebo.advantage)
+    # each row carries the episode and step parts of the advantage it got, which still add up to it
+    assert np.allclose(result.episode_advantage + a.step_weight * result.step_advantage, result.advantage)
+    assert not np.array_equal(result.episode_advantage, estimate.episode_advantage)
+    # what belongs to the row's own state stays the row's
+    assert np.array_equal(result.step_group_size, estimate.step_group_size)
+    assert np.array_equal(result.returns, estimate.returns)
+
+
 def test_selecting_groups_keeps_records_ids_and_advantages_together(played):
     config, _, records = played
     scored, _ = with_advantages(StepBatch.from_records(records), config.algorithm)

@@ -16,11 +16,10 @@ def _positive_int(text: str) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from gigpo.envs.alfworld.generate import generate_tasks
+    from gigpo.progress import Progress
 
-    with tqdm(total=args.n, desc=f"alfworld {args.split} tasks", unit="task", disable=args.quiet) as bar:
+    with Progress(f"alfworld {args.split} tasks", total=args.n, unit="task", enabled=not args.quiet, leave=True) as bar:
         written = generate_tasks(args.out, args.n, seed=args.seed, split=args.split, task_types=args.task_types,
                                  max_steps=args.max_steps, start=args.start, progress=bar.update)
     print(f"wrote {len(written)} expert-verified {args.split} tasks under {args.out}/{args.split} "
