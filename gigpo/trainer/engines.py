@@ -33,7 +33,8 @@ from gigpo.trainer.batching import Layout, MicroBatch, TrainSample, collate, pla
 from gigpo.trainer.losses import aggregate, kl_k3, policy_loss, token_logp_entropy, value_loss  # noqa: E402
 from gigpo.trainer import lora  # noqa: E402
 from gigpo.trainer.rollout_correction import (Correction, SUM as CORRECTION_SUM, corrected_policy_loss,  # noqa: E402
-                                               correction_from_config, correction_means)
+                                               correction_from_config, correction_means,
+                                               old_logprobs_from_generator)
 from gigpo.trainer.nonfinite import NonFiniteError  # noqa: E402  (the one NaN/inf exception; re-exported)
 from gigpo.seeds import minibatch_seed  # noqa: E402
 
@@ -94,8 +95,6 @@ def settings_from_config(config: Any, critic: bool = False) -> tuple[EngineSetti
         temperature=config.rollout.temperature or 1.0,  # greedy rollouts (0): score the plain distribution
         layout=t.layout, minibatch_by_prompt=t.minibatch_by_prompt, lora=lora.lora_settings(config),
         mini_batches=t.mini_batches)
-    from gigpo.trainer.setup import old_logprobs_from_generator
-
     loss = LossSettings(clip_low=a.clip_low, clip_high=a.clip_high, kl_coef=a.kl_coef,
                         entropy_coef=a.entropy_coef, loss_agg=a.loss_agg, value_clip=a.value_clip,
                         correction=correction_from_config(config), old_is_behaviour=old_logprobs_from_generator(config))

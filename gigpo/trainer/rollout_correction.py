@@ -85,6 +85,20 @@ def correction_from_config(config: Any) -> Optional[Correction]:
                               a.correction_mask_low, a.correction_mask_high)
 
 
+def old_logprobs_from_generator(config: Any) -> bool:
+    """Whether the generator's log-probs serve as the PPO ratio's old ones (trainer.old_logprobs).
+
+    `auto` takes them only where they are the actor's own up to float rounding: the hf backend holds
+    the actor's weights in the same dtype, and at temperature 1 both score the same distribution.
+    """
+    choice = config.trainer.old_logprobs
+    if config.rollout.mode == "async":  # the generator's are a stale policy's: the behaviour log-probs
+        return False
+    if choice != "auto":
+        return choice == "generator"
+    return config.rollout.backend == "hf" and config.model.dtype == "fp32" and config.rollout.temperature == 1.0
+
+
 def correction_terms(logp_trainer: Tensor, logp_behaviour: Tensor, mask: Tensor, c: Correction
                      ) -> tuple[Tensor, Tensor, dict[str, float]]:
     """Per-token weights (B, T), per-step keep mask (B,) and the mismatch sums of a micro-batch.

@@ -53,20 +53,6 @@ def sampling(config: Config, evaluation: bool, seed: Optional[int]):
                             stop=tuple(r.stop), seed=seed)
 
 
-def old_logprobs_from_generator(config: Config) -> bool:
-    """Whether the generator's log-probs serve as the PPO ratio's old ones (trainer.old_logprobs).
-
-    `auto` takes them only where they are the actor's own up to float rounding: the hf backend holds
-    the actor's weights in the same dtype, and at temperature 1 both score the same distribution.
-    """
-    choice = config.trainer.old_logprobs
-    if config.rollout.mode == "async":  # the generator's are a stale policy's: the behaviour log-probs
-        return False
-    if choice != "auto":
-        return choice == "generator"
-    return config.rollout.backend == "hf" and config.model.dtype == "fp32" and config.rollout.temperature == 1.0
-
-
 def build_verifier(config: Config, generator, vocab_size: int, world_size: int):
     """The probe that checks every sync (rollout.verify_sync); needs the full model on rank 0."""
     from gigpo.rollout.verify import SyncVerifier, default_tolerance
@@ -143,6 +129,7 @@ def set_up(config: Config, resume: bool = False) -> Run:
     from gigpo.trainer.batching import check_token_budget
     from gigpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
     from gigpo.trainer.distributed import barrier, broadcast_object, init_distributed
+    from gigpo.trainer import rollout_correction
     from gigpo.trainer.engines import ActorEngine, CriticEngine, ReferenceModel, settings_from_config
     from gigpo.trainer.lora import AdapterFreeReference
     from gigpo.trainer.metrics import MetricsLogger
@@ -206,7 +193,7 @@ def set_up(config: Config, resume: bool = False) -> Run:
     if share and share.ranks > 1:
         print(f"gigpo: rank {rank.rank} plays share {share.rank + 1} of {share.ranks} of every rollout and evaluation "
               f"with its own {config.rollout.backend} generator and env pool", flush=True)
-    run.from_generator = old_logprobs_from_generator(config)
+    run.from_generator = rollout_correction.old_logprobs_from_generator(config)
     run.verifier = build_verifier(config, run.generator, actor.hf_module().config.vocab_size, rank.world_size)
     if main:
         run.logger = MetricsLogger(run_dir, config.logging.wandb_mode, config.logging.wandb_project,

@@ -228,7 +228,7 @@ def test_generator_old_logprobs_give_the_trainers_losses_and_gradients(tmp_path:
 
 def test_old_logprobs_auto_uses_the_generator_only_where_exact() -> None:
     from gigpo.config import load_config
-    from gigpo.trainer.setup import old_logprobs_from_generator
+    from gigpo.trainer.rollout_correction import old_logprobs_from_generator
 
     recipe = REPO / "recipes" / "sokoban_tiny.yaml"
     assert old_logprobs_from_generator(load_config(recipe, []))  # hf, fp32, temperature 1
