@@ -21,7 +21,9 @@ from .conftest import GREEDY, sample_prompts
 def inprocess_generator(tiny_model_dir):
     from gigpo.rollout.engine_settings import EngineSettings
     from gigpo.rollout.vllm_backend import VLLMGenerator
+    from gigpo.trainer.distributed import init_distributed
 
+    init_distributed()  # as the trainer does before its generator: the in-process engine joins this world
     gen = VLLMGenerator(str(tiny_model_dir), EngineSettings(dtype="fp32", max_num_seqs=32, enforce_eager=True,
                                                            weight_sync="inprocess"))
     yield gen
@@ -81,3 +83,32 @@ def test_inprocess_sync_skipping_the_tied_head_fails_verification(inprocess_gene
         gen.fault_skip_lm_head = False
     with pytest.raises(SyncMismatchError):
         verifier.check(model)
+
+
+def test_zero3_actor_syncs_in_process_without_copies(inprocess_generator, tiny_model_dir):
+    """The trainer's own path: a DeepSpeed ZeRO-3 actor gathers module by module (`push_weights`,
+    `named_weights(on_device=True)`) straight into the engine; the probe then scores like the actor."""
+    import dataclasses
+
+    import deepspeed
+
+    from gigpo.config import build_config
+    from gigpo.trainer.engines import ActorEngine, settings_from_config
+    from gigpo.trainer.setup import push_weights
+
+    gen = inprocess_generator
+    engine, loss = settings_from_config(build_config({"model": {"init": "tiny", "dtype": "fp32"}}))
+    actor = ActorEngine(str(tiny_model_dir), dataclasses.replace(engine, zero_stage=3, micro_token_budget=48,
+                                                                 mini_batch_size=6, mini_batches=None), loss)
+    model = actor.hf_module()
+    verifier = SyncVerifier(gen, gen.vocab_size, atol=2e-3)
+    with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0):
+        perturb(model, seed=140)  # an optimiser step's worth of change, written back to the partitions
+    with deepspeed.zero.GatheredParameters(list(model.parameters())):
+        stale = verifier.gaps(model)
+    assert max(float((got - ref).abs().max()) for _, got, ref in stale) > 2e-3, "perturbation too small"
+    with spy_on_sync(model) as spy:
+        push_weights(actor, gen, gen.version + 1)
+    assert spy.events == []
+    with deepspeed.zero.GatheredParameters(list(model.parameters())):
+        assert verifier.check(model) <= 2e-3
