@@ -30,12 +30,17 @@ class SyncSpy:
     """What a sync did that the in-process path must not do; `events` lists them, one string each."""
 
     def __init__(self, params: Iterator[torch.Tensor]) -> None:
-        self.storages = {p.untyped_storage().data_ptr() for p in params}
+        self.params = list(params)
         self.events: list[str] = []
         self.watched_dirs = tuple(os.path.realpath(d) for d in ("/dev/shm", tempfile.gettempdir()))
 
     def trainer_tensor(self, t: object) -> bool:
-        return isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in self.storages
+        """Whether `t` shares storage with a parameter as it is now (a ZeRO-3 gather gives a parameter a
+        new storage for the length of the gather, so this is looked up at each call)."""
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            return False
+        ptr = t.untyped_storage().data_ptr()
+        return any(p.numel() and p.untyped_storage().data_ptr() == ptr for p in self.params)
 
     def watched_path(self, path: object) -> bool:
         return isinstance(path, (str, os.PathLike)) and os.path.realpath(path).startswith(self.watched_dirs)
