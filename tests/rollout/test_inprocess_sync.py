@@ -112,3 +112,27 @@ def test_zero3_actor_syncs_in_process_without_copies(inprocess_generator, tiny_m
     assert spy.events == []
     with deepspeed.zero.GatheredParameters(list(model.parameters())):
         assert verifier.check(model) <= 2e-3
+
+
+def test_two_ranks_each_sync_their_own_in_process_engine(tiny_model_dir, tmp_path):
+    """Two CPU ranks (torch.distributed.run), one in-process engine each, in the ranks' shared world: each
+    loads its own rank's weights (different per rank) with no copies, and matches its own model."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gigpo.ports import free_port
+
+    worker = Path(__file__).with_name("inprocess_two_rank_worker.py")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", str(free_port()), str(worker), str(tiny_model_dir)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    results = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and len(results) == 2, done.stderr[-3000:]
+    for r in results:
+        assert r["world"] == 2 and r["events"] == [] and r["gap"] <= 2e-3, r
