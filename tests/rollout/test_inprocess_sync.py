@@ -33,7 +33,7 @@ def inprocess_generator(tiny_model_dir):
 def test_inprocess_sync_copies_nothing_and_matches_the_trainer(inprocess_generator, tiny_model_dir):
     gen = inprocess_generator
     assert gen.takes_device_tensors
-    assert not hasattr(gen.llm.llm_engine.engine_core, "proc_handle"), "engine core in a separate process"
+    assert type(gen.llm.llm_engine.engine_core).__name__ == "InprocClient", "engine core in a separate process"
     model = load_trainer_model(tiny_model_dir)
     hf = HFGenerator(str(tiny_model_dir), dtype="fp32")
     verifier = SyncVerifier(gen, gen.vocab_size, atol=2e-3)
