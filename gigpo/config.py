@@ -104,9 +104,12 @@ class RolloutConfig(Section):
     bound stops training (gigpo/rollout/verify.py). auto: on with the vllm backends in rollout.mode=sync (a
     reloaded engine, CUDA graphs included, is checked), off with hf (the generator loads the actor's own
     tensors) and in async mode (the actor trains on while the generator loads). Resolved to true/false on load."""
-    weight_sync: Literal["shm", "nccl"] = "shm"
-    """How weights reach vLLM: a safetensors file in /dev/shm (one machine) or a broadcast from the trainer
-    into the engine's workers (NCCL to other GPUs or hosts, gloo on CPUs or a shared GPU; docs/generation.md)."""
+    weight_sync: Literal["shm", "nccl", "inprocess"] = "shm"
+    """How weights reach vLLM: a safetensors file in /dev/shm (one machine), a broadcast from the trainer
+    into the engine's workers (NCCL to other GPUs or hosts, gloo on CPUs or a shared GPU), or inprocess
+    (backend vllm only: the engine core runs in the trainer's process and loads the gathered tensors by
+    reference, on their device; not the default because it moves vLLM's thread binding and seeding into
+    the trainer's process; docs/generation.md)."""
     server_urls: list[str] = Field(default_factory=list)
     """vllm-server: connect to these servers instead of starting our own."""
     num_servers: int = Field(1, ge=1)
@@ -179,6 +182,9 @@ class RolloutConfig(Section):
 
     @model_validator(mode="after")
     def _async_mode_settings(self) -> "RolloutConfig":
+        if self.weight_sync == "inprocess" and self.backend != "vllm":
+            raise ValueError(f"rollout.weight_sync=inprocess loads weights into an engine in the trainer's process, "
+                             f"but rollout.backend={self.backend}: use rollout.backend=vllm, or weight_sync=shm or nccl")
         if self.tensor_parallel_size > 1 and self.backend != "vllm":
             raise ValueError(f"rollout.tensor_parallel_size={self.tensor_parallel_size} shards the in-process vLLM engine "
                              f"over ranks, but rollout.backend={self.backend}: use rollout.backend=vllm, or "

@@ -32,7 +32,7 @@ class EngineSettings:
     max_model_len: Optional[int] = None
     """None: the model's own limit."""
     enforce_eager: bool = _ROLLOUT.enforce_eager
-    weight_sync: Literal["shm", "nccl"] = _ROLLOUT.weight_sync
+    weight_sync: Literal["shm", "nccl", "inprocess"] = _ROLLOUT.weight_sync
     max_lora_rank: Optional[int] = None
     """Set to serve LoRA adapters (adapter-only syncs, `load_adapter`); None: full-weight syncs only."""
     sleep_level: int = 0
@@ -43,9 +43,9 @@ class EngineSettings:
 
     def __post_init__(self) -> None:
         canonical_dtype(self.dtype)  # an unknown dtype fails here, naming the supported ones
-        if self.weight_sync not in ("shm", "nccl"):
-            raise ValueError(f"weight_sync={self.weight_sync!r} is not supported; use shm (one machine) or nccl "
-                             "(a broadcast: NCCL on GPUs, gloo on CPUs)")
+        if self.weight_sync not in ("shm", "nccl", "inprocess"):
+            raise ValueError(f"weight_sync={self.weight_sync!r} is not supported; use shm (one machine), nccl "
+                             "(a broadcast: NCCL on GPUs, gloo on CPUs) or inprocess (the in-process vllm backend)")
         if self.sleep_level not in (0, 1, 2) or self.tensor_parallel_size < 1:
             raise ValueError(f"sleep_level={self.sleep_level} must be 0, 1 or 2 and tensor_parallel_size="
                              f"{self.tensor_parallel_size} at least 1")

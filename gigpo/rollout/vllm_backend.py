@@ -1,7 +1,9 @@
-"""vLLM engine in the trainer's process (`vllm.LLM`), with weight sync through a shared-memory file.
+"""vLLM engine in the trainer's process (`vllm.LLM`), with weight sync through a shared-memory file, a
+broadcast, or (weight_sync="inprocess") the trainer's tensors handed to the engine by reference.
 
 The engine core runs in a worker process vLLM spawns, so scripts that build this generator need
-an `if __name__ == "__main__":` guard.
+an `if __name__ == "__main__":` guard. With weight_sync="inprocess" it runs in this process instead
+(vLLM's VLLM_ENABLE_V1_MULTIPROCESSING=0), so the worker's `reload_weights` can take this process's tensors.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.generator import CompletionCallback, Generator, check_prompts, check_version
 from gigpo.rollout.types import Completion, SamplingSettings
 from gigpo.rollout.vllm_stream import RequestStream
-from gigpo.rollout.weights import full_state_dict, write_weights_file
+from gigpo.rollout.weights import engine_tensors, full_state_dict, write_weights_file
 
 
 def build_engine(model_path: str, engine: EngineSettings) -> Any:
@@ -54,7 +56,39 @@ def build_engine(model_path: str, engine: EngineSettings) -> Any:
 
             max_model_len = AutoConfig.from_pretrained(model_path).max_position_embeddings
         kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 4096))
-    return LLM(**kwargs)
+    if engine.weight_sync != "inprocess":
+        return LLM(**kwargs)
+    with engine_core_in_process():
+        return LLM(**kwargs)
+
+
+class engine_core_in_process:
+    """Build a vllm.LLM whose engine core (scheduler, worker, model) runs in this process, not in a spawned
+    EngineCore process: vLLM reads VLLM_ENABLE_V1_MULTIPROCESSING when the engine is built. The caller's
+    random state is kept: vLLM seeds the global generators of the process its worker runs in."""
+
+    def __enter__(self) -> None:
+        import random
+
+        import numpy as np
+
+        self.env = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        self.rng = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
+
+    def __exit__(self, *exc) -> bool:
+        import random
+
+        import numpy as np
+
+        if self.env is None:
+            os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+        else:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = self.env
+        random.setstate(self.rng[0])
+        np.random.set_state(self.rng[1])
+        torch.random.set_rng_state(self.rng[2])
+        return False
 
 
 def parallel_kwargs(tensor_parallel_size: int, world_size: Optional[int] = None) -> dict[str, Any]:
@@ -84,7 +118,9 @@ class VLLMGenerator(Generator):
     """vllm.LLM owned by this process. Weight sync (`weight_sync="shm"`): safetensors in /dev/shm ->
     worker `reload_weights` (LM head included, even when tied) -> prefix-cache reset. With
     `weight_sync="nccl"` the trainer broadcasts the tensors into the workers over a group of its own
-    (NCCL on GPUs, gloo on CPUs; gigpo/rollout/nccl_sync.py)."""
+    (NCCL on GPUs, gloo on CPUs; gigpo/rollout/nccl_sync.py). With `weight_sync="inprocess"` the engine
+    core runs in this process and `reload_weights` takes the trainer's tensors as they are gathered, by
+    reference, on their device (`takes_device_tensors`)."""
 
     def __init__(self, model_path: str, engine: EngineSettings = EngineSettings()) -> None:
         super().__init__()
@@ -92,6 +128,8 @@ class VLLMGenerator(Generator):
         self._lora_request: Any = None
         """The adapter every request runs with after `load_adapter` (None: the engine's own weights)."""
         self.weight_sync = engine.weight_sync
+        self.takes_device_tensors = engine.weight_sync == "inprocess"
+        """update_weights wants the trainer's gathered tensors where they are (no host copies)."""
         self.lock = threading.RLock()
         """Held around every engine call: `generate`, syncs, and the request stream's thread."""
         self._stream = RequestStream(self.llm, self.lock)
@@ -136,6 +174,9 @@ class VLLMGenerator(Generator):
             self._send_nccl(named_tensors)
             self.commit_version(version)
             return
+        if self.weight_sync == "inprocess":
+            self._load_in_process(named_tensors, version)
+            return
         path = write_weights_file(full_state_dict(named_tensors, self.tied_lm_head, dtype=self.torch_dtype))
         try:
             self.load_weights_file(path, version)
@@ -167,6 +208,20 @@ class VLLMGenerator(Generator):
         self._check_idle()
         with self.lock:
             self.llm.collective_rpc("gigpo_load_weights", args=(str(path), self.fault_skip_lm_head))
+            self.commit_version(version)
+
+    def _load_in_process(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Hand the worker an iterator over the trainer's tensors: `collective_rpc` of an in-process engine
+        calls the worker directly, so nothing is serialised, written or copied on the way."""
+        if self.llm.llm_engine.vllm_config.parallel_config.world_size != 1 or \
+                not hasattr(self.llm.llm_engine.engine_core, "engine_core"):
+            raise RuntimeError("weight_sync=inprocess needs the engine core in this process with one worker "
+                               "(built with weight_sync=inprocess and tensor_parallel_size=1)")
+        tensors = engine_tensors(named_tensors, self.tied_lm_head, dtype=self.torch_dtype)
+        if self.fault_skip_lm_head:  # fault injection for tests: leaves the engine's packed LM head stale
+            tensors = ((n, t) for n, t in tensors if n != "lm_head.weight")
+        with self.lock:
+            self.llm.collective_rpc("gigpo_load_tensors", args=(tensors,))
             self.commit_version(version)
 
     def commit_version(self, version: int) -> None:

@@ -46,6 +46,23 @@ class WeightSyncExtension:
         self.reload_weights(weights_iterator=iter(state.items()))
         return len(state)
 
+    def gigpo_load_tensors(self, named_tensors) -> int:
+        """Load an iterator of (name, tensor) from the trainer's own process (weight_sync="inprocess", where
+        the engine core runs in the trainer's process and this call is direct). vLLM's layer-wise reload
+        holds a tensor until its layer's other tensors came (q, k, v), then copies them into its own
+        weights. Returns the count."""
+        count = 0
+
+        def counted():
+            nonlocal count
+            for item in named_tensors:
+                count += 1
+                yield item
+
+        install_reload_warning_filter()
+        self.reload_weights(weights_iterator=counted())
+        return count
+
     def gigpo_init_broadcast(self, info: dict) -> None:
         """Join the trainer's weight-sync group as rank 1 + this worker's rank (blocks until all joined)."""
         from gigpo.rollout.nccl_sync import open_group

@@ -1,4 +1,5 @@
-"""Turn the trainer's named parameters into what a generator loads: a full state dict in a file.
+"""Turn the trainer's named parameters into what a generator loads: a full state dict in a file, or
+(`engine_tensors`, the in-process path) a stream of the trainer's own tensors by reference.
 
 On CPU, weights reach vLLM (in-process engine core or a server) as a safetensors file in /dev/shm
 (RAM-backed, so writing is a memory copy): torch tensors passed through vLLM's RPC arrive as nested
@@ -10,7 +11,7 @@ import os
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import torch
 
@@ -39,6 +40,31 @@ def full_state_dict(named_tensors: Iterable[tuple[str, torch.Tensor]], tied_lm_h
     if needs_tied_head(set(out), tied_lm_head):
         out[LM_HEAD] = out[EMBED].clone()
     return out
+
+
+def engine_tensors(named_tensors: Iterable[tuple[str, torch.Tensor]], tied_lm_head: bool,
+                   dtype: Optional[torch.dtype] = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """The tensors as a vLLM engine in this process loads them: by reference, on their own device, one at
+    a time (a ZeRO-3 gather holds one module), cast only where the dtype differs; the embedding is sent
+    again as `lm_head.weight` when the head is tied and the trainer lists none (a plain module's
+    embedding is its parameter, so keeping it costs nothing; under ZeRO-3 the trainer's
+    `named_weights` yields the head itself, gathered again).
+
+    No copy is made here: the engine's `reload_weights` copies them into its own weights layer by layer
+    (a tensor is held until its layer is complete; a released ZeRO-3 gather leaves a held tensor's
+    storage alive, since the reference keeps it)."""
+    names: set[str] = set()
+    embed: Optional[torch.Tensor] = None
+    for name, tensor in named_tensors:
+        name = name.removeprefix("module.")  # DeepSpeed / DDP wrappers
+        names.add(name)
+        t = tensor.detach()
+        t = t.to(dtype) if dtype is not None and t.dtype != dtype else t
+        if name == EMBED:
+            embed = t
+        yield name, t
+    if needs_tied_head(names, tied_lm_head):
+        yield LM_HEAD, embed
 
 
 def needs_tied_head(names: set[str], tied_lm_head: bool) -> bool:

@@ -485,23 +485,26 @@ class ActorEngine(_TrainedEngine, _PolicyForward):
                                      mb.fields.get("logp_ref"), entropy.detach(), clipped))
         return loss, parts
 
-    def named_weights(self, include_tied: bool = True) -> Iterator[tuple[str, Tensor]]:
+    def named_weights(self, include_tied: bool = True, on_device: bool = False) -> Iterator[tuple[str, Tensor]]:
         """Every full weight as (HF name, CPU tensor), for the generator's weight sync or saving.
 
         All ranks must iterate together under ZeRO-3: each module's parameters are gathered (one
         module at a time, so never more than one layer's worth at once), copied out and released.
         With tied embeddings `lm_head.weight` is also yielded (vLLM's CPU LM head keeps its own copy).
+        `on_device`: the gathered tensors themselves, on the rank's device, no copy (for an engine in
+        this process, which must take each before the next is asked for); LoRA still merges, on the device.
         """
         module = self.engine.module
+        zero3 = self.settings.zero_stage == 3
         if self.settings.lora is not None:  # W + B @ A * scale under the base model's names
-            yield from lora.merged_weights(module, self.settings.zero_stage == 3)
+            yield from lora.merged_weights(module, zero3, on_device)
         else:
-            yield from _iter_full_weights(module, self.settings.zero_stage == 3)
+            yield from _iter_full_weights(module, zero3, on_device)
         config = getattr(module, "config", None)
         if include_tied and getattr(config, "tie_word_embeddings", False):
             embed = module.get_input_embeddings().weight
-            with _gathered([embed], self.settings.zero_stage == 3):
-                yield "lm_head.weight", embed.detach().to("cpu", copy=True)
+            with _gathered([embed], zero3):
+                yield "lm_head.weight", embed.detach() if on_device else embed.detach().to("cpu", copy=True)
 
     def hf_module(self) -> torch.nn.Module:
         """The underlying transformers model (its config and save_pretrained); with LoRA its PeftModel,
@@ -525,8 +528,9 @@ class _gathered:
         return False
 
 
-def _iter_full_weights(module: torch.nn.Module, zero3: bool) -> Iterator[tuple[str, Tensor]]:
-    """named_parameters() order and names (a tied weight once), gathered one module at a time."""
+def _iter_full_weights(module: torch.nn.Module, zero3: bool, on_device: bool = False) -> Iterator[tuple[str, Tensor]]:
+    """named_parameters() order and names (a tied weight once), gathered one module at a time; CPU
+    copies, or with `on_device` the gathered tensors themselves."""
     seen: set[int] = set()
     for prefix, sub in module.named_modules():
         params = [(n, p) for n, p in sub.named_parameters(recurse=False) if id(p) not in seen]
@@ -535,7 +539,7 @@ def _iter_full_weights(module: torch.nn.Module, zero3: bool) -> Iterator[tuple[s
             continue
         with _gathered([p for _, p in params], zero3):
             for name, p in params:
-                yield (f"{prefix}.{name}" if prefix else name), p.detach().to("cpu", copy=True)
+                yield (f"{prefix}.{name}" if prefix else name), p.detach() if on_device else p.detach().to("cpu", copy=True)
 
 
 class ReferenceModel(_PolicyForward):

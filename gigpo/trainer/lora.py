@@ -111,13 +111,17 @@ class _Gathered:
         return self.ctx.__exit__(*exc) if self.ctx is not None else False
 
 
-def merged_weights(model: torch.nn.Module, zero3: bool) -> Iterator[tuple[str, Tensor]]:
+def merged_weights(model: torch.nn.Module, zero3: bool, on_device: bool = False) -> Iterator[tuple[str, Tensor]]:
     """The base model's parameters with every adapter merged in, as (base name, CPU tensor).
 
     Same names and order as the plain model's `named_parameters()`. Under ZeRO-3 all ranks iterate
     together: one module's parameters (an adapted layer: its base weight and both factors) are
     gathered at a time. The merge is done in float32 and cast back to the base weight's dtype.
+    `on_device`: tensors stay where they are (the merged weight is new; the others are the parameters).
     """
+    def out(t: Tensor) -> Tensor:
+        return t if on_device else t.to("cpu", copy=True)
+
     from peft.tuners.lora import LoraLayer
 
     adapter = model.active_adapter
@@ -131,9 +135,9 @@ def merged_weights(model: torch.nn.Module, zero3: bool) -> Iterator[tuple[str, T
             base = sub.get_base_layer()
             with _Gathered(list(sub.parameters()), zero3):
                 weight = base.weight.detach().float() + sub.get_delta_weight(adapter).detach().float()
-                yield base_name(f"{prefix}.weight"), weight.to(base.weight.dtype).to("cpu", copy=True)
+                yield base_name(f"{prefix}.weight"), out(weight.to(base.weight.dtype))
                 if base.bias is not None:
-                    yield base_name(f"{prefix}.bias"), base.bias.detach().to("cpu", copy=True)
+                    yield base_name(f"{prefix}.bias"), out(base.bias.detach())
             continue
         params = [(n, p) for n, p in sub.named_parameters(recurse=False) if id(p) not in seen]
         seen.update(id(p) for _, p in params)
@@ -141,7 +145,7 @@ def merged_weights(model: torch.nn.Module, zero3: bool) -> Iterator[tuple[str, T
             continue
         with _Gathered([p for _, p in params], zero3):
             for name, p in params:
-                yield base_name(f"{prefix}.{name}"), p.detach().to("cpu", copy=True)
+                yield base_name(f"{prefix}.{name}"), out(p.detach())
 
 
 def adapter_state(model: torch.nn.Module, zero3: bool) -> dict[str, Tensor]:

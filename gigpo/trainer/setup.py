@@ -68,10 +68,13 @@ def build_verifier(config: Config, generator, vocab_size: int, world_size: int):
 
 def push_weights(actor, generator, version: int, verifier=None) -> dict[str, float]:
     """The actor's weights into the generator (None off rank 0) as `version`; every rank iterates them
-    (ZeRO-3 gathers are collective). A verifier's largest log-prob gap comes back as `rollout/sync_gap_max`."""
+    (ZeRO-3 gathers are collective). A verifier's largest log-prob gap comes back as `rollout/sync_gap_max`.
+    An engine in this process (weight_sync=inprocess), or no generator, takes the gathered tensors where
+    they are; the others get host copies."""
     from gigpo.rollout.verify import sync_weights
 
-    gap = sync_weights(generator, actor.hf_module(), version, verifier, actor.named_weights())
+    on_device = generator is None or getattr(generator, "takes_device_tensors", False)
+    gap = sync_weights(generator, actor.hf_module(), version, verifier, actor.named_weights(on_device=on_device))
     return {} if gap is None else {"rollout/sync_gap_max": gap}
 
 

@@ -43,3 +43,13 @@ def test_auto_turns_resolve_per_backend(tiny_model_dir):
     config = load_config("recipes/sokoban_tiny.yaml", [])
     generator = generator_from_config(config.rollout, str(tiny_model_dir), config.model.dtype)
     assert config.rollout.turns == "auto" and generator.turns == "batched" and not generator.can_submit
+
+
+@pytest.mark.parametrize("backend", ["hf", "vllm-server"])
+def test_inprocess_sync_needs_the_in_process_vllm_backend(backend):
+    with pytest.raises(ValueError, match="weight_sync=inprocess.*rollout.backend=vllm"):
+        RolloutConfig(backend=backend, weight_sync="inprocess")
+    assert RolloutConfig(backend="vllm", weight_sync="inprocess").weight_sync == "inprocess"
+    assert EngineSettings(weight_sync="inprocess").weight_sync == "inprocess"
+    with pytest.raises(ValueError, match="weight_sync='file'"):
+        EngineSettings(weight_sync="file")
