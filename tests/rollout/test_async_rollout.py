@@ -15,6 +15,7 @@ from gigpo.rollout.collect import rollout
 from gigpo.rollout.generator import Generator
 from gigpo.rollout.types import Completion, SamplingSettings
 from envs.faulty_envs import CounterEnv
+from support.sokoban_pool import sokoban_tiny_pool
 
 COUNTER_ID = "test/AsyncCounter-v0"
 gigpo.envs.register_env(COUNTER_ID, CounterEnv)
@@ -23,17 +24,8 @@ gigpo.envs.register_env(COUNTER_ID, CounterEnv)
 @pytest.fixture(scope="module")
 def sokoban(tiny_model_dir):
     """A real Sokoban pool and prompt builder with sokoban_tiny's settings and the tiny model's tokenizer."""
-    from transformers import AutoTokenizer
-
-    from gigpo.envs.prompt import PromptBuilder
-
-    config = load_config("recipes/sokoban_tiny.yaml", ["env.max_steps=3"])
-    e = config.env
-    builder = PromptBuilder(AutoTokenizer.from_pretrained(tiny_model_dir), e.max_steps, e.history_length,
-                            e.prompt_template, system=e.system_prompt)
-    with EnvPool(e.id, env_kwargs={"invalid_action_penalty": e.invalid_action_penalty, **e.kwargs},
-                 max_steps=e.max_steps, workers=2) as pool:
-        yield config, pool, builder.batch_token_ids
+    with sokoban_tiny_pool(tiny_model_dir, workers=2) as shared:
+        yield shared
 
 
 def _play(sokoban, generator, turns, settings, seeds=(3, 4), group_size=3):

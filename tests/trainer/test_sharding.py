@@ -7,13 +7,11 @@ from dataclasses import asdict, replace
 import numpy as np
 import pytest
 
-import gigpo.envs  # noqa: F401  (registers the built-in envs)
-from gigpo.config import load_config
-from gigpo.envs.pool import EnvPool
 from gigpo.rollout.collect import rollout
 from gigpo.rollout.types import SamplingSettings
 from gigpo.trainer.sharding import Share, merge_metrics, merge_rollouts, playing_ranks
 from gigpo.trainer.step_batch import StepBatch, with_advantages
+from support.sokoban_pool import sokoban_tiny_pool
 
 
 def test_shares_are_contiguous_cover_every_item_once_and_differ_by_at_most_one():
@@ -43,18 +41,10 @@ def bare(record) -> dict:
 
 @pytest.fixture(scope="module")
 def sokoban(tiny_model_dir):
-    from transformers import AutoTokenizer
-
-    from gigpo.envs.prompt import PromptBuilder
     from gigpo.rollout.hf_backend import HFGenerator
 
-    config = load_config("recipes/sokoban_tiny.yaml", ["env.max_steps=3"])
-    e = config.env
-    builder = PromptBuilder(AutoTokenizer.from_pretrained(tiny_model_dir), e.max_steps, e.history_length,
-                            e.prompt_template, system=e.system_prompt)
-    with EnvPool(e.id, env_kwargs={"invalid_action_penalty": e.invalid_action_penalty, **e.kwargs},
-                 max_steps=e.max_steps, workers=1) as pool:
-        yield config, pool, builder.batch_token_ids, HFGenerator(str(tiny_model_dir), dtype="fp32")
+    with sokoban_tiny_pool(tiny_model_dir, workers=1) as (config, pool, batch_token_ids):
+        yield config, pool, batch_token_ids, HFGenerator(str(tiny_model_dir), dtype="fp32")
 
 
 def test_shares_played_apart_and_merged_equal_one_rollout_of_every_group(sokoban):
