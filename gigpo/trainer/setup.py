@@ -197,22 +197,25 @@ def set_up(config: Config, resume: bool = False) -> Run:
         print(f"gigpo: rank {rank.rank} plays share {share.rank + 1} of {share.ranks} of every rollout and evaluation "
               f"with its own {config.rollout.backend} generator and env pool", flush=True)
     run.from_generator = rollout_correction.old_logprobs_from_generator(config)
-    run.verifier = build_verifier(config, run.generator, actor.hf_module().config.vocab_size, rank.world_size)
-    if main:
-        run.logger = MetricsLogger(run_dir, config.logging.wandb_mode, config.logging.wandb_project,
-                                   config.model_dump(mode="json"), run_dir.name)
-        run.logger.truncate_after(run.state["iteration"])
-        print(f"gigpo: training {a.estimator} on {e.id} with {model_path}: iterations {run.state['iteration'] + 1}.."
-              f"{t.iterations}, {e.num_groups} groups x {e.group_size}, run dir {run_dir}", flush=True)
-    if checkpoint is not None:
-        push_weights(actor, run.generator, run.state["iteration"], run.verifier)
-    elif config.rollout.server_urls:
+    if config.rollout.server_urls:
         # an external server holds what it was started with, or what an earlier run left in it (another
-        # version, or the base model where this run starts from a warm-up): give it this run's start
+        # version, the base model where this run starts from a warm-up, or not the checkpoint it resumes
+        # from): give it this run's start before the sync check's probe asks it for that version
         weights = actor.named_weights()  # every rank iterates them: ZeRO-3 gathers are collective
         if run.generator is not None:
             run.generator.update_weights(weights, version=run.state["iteration"], initial=True)
         else:
             for _ in weights:
                 pass
+    run.verifier = build_verifier(config, run.generator, actor.hf_module().config.vocab_size, rank.world_size)
+    if run.verifier is not None and config.rollout.server_urls and checkpoint is not None:
+        run.verifier.check(actor.hf_module())  # the resumed start, as push_weights checks every other sync
+    if main:
+        run.logger = MetricsLogger(run_dir, config.logging.wandb_mode, config.logging.wandb_project,
+                                   config.model_dump(mode="json"), run_dir.name)
+        run.logger.truncate_after(run.state["iteration"])
+        print(f"gigpo: training {a.estimator} on {e.id} with {model_path}: iterations {run.state['iteration'] + 1}.."
+              f"{t.iterations}, {e.num_groups} groups x {e.group_size}, run dir {run_dir}", flush=True)
+    if checkpoint is not None and not config.rollout.server_urls:
+        push_weights(actor, run.generator, run.state["iteration"], run.verifier)
     return run
