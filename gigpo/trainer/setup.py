@@ -104,6 +104,8 @@ class Run:
     """This rank's place among the ranks that play (a sharding.Share); None on a rank that plays nothing."""
     from_generator: bool = False
     """Old log-probs come from the generator (old_logprobs_from_generator)."""
+    memory_phases: Any = None
+    """What moves between generation and update on this rank (memory_phases.MemoryPhases), built on first use."""
     state: dict[str, Any] = field(default_factory=lambda: {"iteration": 0, "env_steps_total": 0})
     """What a checkpoint keeps of the loop: the last finished iteration, env steps so far."""
 
