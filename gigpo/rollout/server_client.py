@@ -420,23 +420,54 @@ class ServerGenerator(Generator):
 
     def _send_nccl(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
         """Broadcast (NCCL on GPUs, gloo on CPUs): one group per server, opened at the first sync at the
-        address on this machine's route to that server, so a server on another machine can join it."""
+        address on this machine's route to that server, so a server on another machine can join it.
+
+        Each server's sync is watched like a request: a server that stops answering mid-broadcast is named
+        within ~13 s, not when the group's 300 s timeout runs out. Its group is dropped (a broadcast cut
+        short leaves it unusable), a supervised server is restarted and sent the weights on a new group,
+        and the abandoned sync never commits the version."""
+        for server in self.servers:
+            try:
+                self._broadcast_watched(server, named_tensors, version)
+            except (requests.RequestException, RuntimeError) as exc:
+                self._nccl_senders.pop(server.url, None)
+                if not server.supervised:
+                    raise _reported(ServerError(f"generation server {server.url} failed to take weights version "
+                                                f"{version} by broadcast: {exc}; restart it and resume the run, "
+                                                "or remove it from rollout.server_urls")) from exc
+                logger.warning("server %s failed during a broadcast weight sync (%s); restarting", server.url, exc)
+                self._restart(server)
+                self._broadcast_watched(server, named_tensors, version)
+        self._version = version
+
+    def _broadcast_watched(self, server: Server, named_tensors: list[tuple[str, torch.Tensor]],
+                           version: int) -> None:
+        given_up = threading.Event()
+        try:
+            self._watched(server, self._broadcast_to, server, named_tensors, version, given_up)
+        except BaseException:
+            given_up.set()
+            raise
+
+    def _broadcast_to(self, server: Server, named_tensors: list[tuple[str, torch.Tensor]], version: int,
+                      given_up: threading.Event) -> None:
         from urllib.parse import urlparse
 
         from gigpo.rollout.nccl_sync import BroadcastWeightSender, HTTPClient, local_address_towards
 
-        for server in self.servers:
-            sender = self._nccl_senders.get(server.url)
-            if sender is None:
-                client = HTTPClient(server.url, self.token, self.request_timeout_s)
-                address = local_address_towards(urlparse(server.url).hostname or "127.0.0.1")
-                sender = BroadcastWeightSender(client, master_address=address, master_port=free_port(address),
-                                               num_workers=1, tied_lm_head=self._tied_lm_head(),
-                                               shares_gpu=server.supervised, dtype=self.torch_dtype)
-                self._nccl_senders[server.url] = sender
-            sender.send(named_tensors)
+        sender = self._nccl_senders.get(server.url)
+        if sender is None:
+            client = HTTPClient(server.url, self.token, self.request_timeout_s)
+            address = local_address_towards(urlparse(server.url).hostname or "127.0.0.1")
+            sender = BroadcastWeightSender(client, master_address=address, master_port=free_port(address),
+                                           num_workers=1, tied_lm_head=self._tied_lm_head(),
+                                           shares_gpu=server.supervised, dtype=self.torch_dtype)
+            if given_up.is_set():
+                return
+            self._nccl_senders[server.url] = sender
+        sender.send(named_tensors)
+        if not given_up.is_set():  # a sync given up on must not mark the server current when it wakes
             self._post(server, "weight_transfer/commit", {"version": version})
-        self._version = version
 
     def _post(self, server: Server, route: str, body: dict) -> None:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}

@@ -199,6 +199,33 @@ def test_external_server_syncs_by_broadcast_with_the_token(served, trainer, tiny
     served._version = version  # the supervised client's view of the server, for the tests after this one
 
 
+def test_broadcast_sync_to_an_external_server_that_stops_answering_fails_within_30_s(served, trainer, tiny_model_dir):
+    """weight_sync=nccl: a server stopped (SIGSTOP) between two broadcast syncs is named within 30 s, not when the
+    group's 300 s timeout runs out; the sync given up on never commits its version when the server wakes."""
+    url = served.servers[0].url
+    external = ServerGenerator(str(tiny_model_dir), EngineSettings(dtype="fp32", weight_sync="nccl"),
+                               urls=[url], token=TOKEN, request_timeout_s=60)
+    external._version = served.version
+    pid = served.servers[0].process.pid
+    try:
+        synced = _sync_both(external, trainer, 510)
+        external.update_weights(trainer[0].named_parameters(), synced)  # opens the group
+        os.killpg(pid, signal.SIGSTOP)
+        start = time.monotonic()
+        with pytest.raises(ServerError, match=f"{url} failed to take weights version {synced + 1} by broadcast: "
+                                              f"{url} stopped answering: /health unanswered .* restart it"):
+            external.update_weights(trainer[0].named_parameters(), synced + 1)
+        took = time.monotonic() - start
+        assert url not in external._nccl_senders  # the cut group is not reused
+    finally:
+        os.killpg(pid, signal.SIGCONT)
+        external.close()
+    assert took < 30
+    time.sleep(5)  # the abandoned sync's receive completes once the server runs again; it must not commit
+    assert requests.get(f"{url}/version", timeout=30).json() == {"version": synced}
+    served._version = synced
+
+
 def test_external_server_that_stops_answering_fails_clearly(served, tiny_model_dir):
     """A stopped (SIGSTOP) external server is detected within 30 s and named; it is not restarted."""
     external = ServerGenerator(str(tiny_model_dir), urls=[served.servers[0].url], token=TOKEN)
