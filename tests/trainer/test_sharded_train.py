@@ -49,3 +49,34 @@ def test_two_ranks_play_the_groups_rows_and_advantages_of_one_rank(tmp_path, bac
         keys = {k for k in theirs if k.startswith(SAME)} - {"rollout/logp_gap_mean", "rollout/logp_gap_max"}
         assert keys and set(mine) >= keys
         assert {k: mine[k] for k in keys} == pytest.approx({k: theirs[k] for k in keys}, rel=1e-9, abs=1e-12)
+
+
+def test_step_data_stays_on_the_rank_that_played_it_in_async_dynamic_sampling_runs(tmp_path):
+    """Two ranks, async rollouts and dynamic sampling: each rank trains on the groups it played. Every object
+    collective of the run is watched (spy_train_worker.py): only metrics, episode summaries and numbers cross
+    ranks, never a step record, a training sample, a tensor or a text column (records for `gigpo view` off;
+    when one is due its steps do travel to rank 0, which writes it)."""
+    import os
+    import subprocess
+
+    from gigpo.trainer.distributed import relaunch_command
+    from support.run import REPO, SMALL, clean_env
+
+    overrides = [*SMALL, *WARM, "env.num_groups=3", "env.group_size=4", "trainer.iterations=2", "trainer.nprocs=2",
+                 "trainer.zero_stage=2", "model.dtype=fp32", "rollout.backend=hf", "rollout.mode=async",
+                 "rollout.max_staleness=1", "algorithm.dynamic_sampling=true", "algorithm.max_resample=2",
+                 "logging.rollouts_every=0", f"trainer.run_dir={tmp_path / 'run'}"]
+    env = {**clean_env(), "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    cmd = relaunch_command([str(tmp_path), "recipes/sokoban_tiny.yaml", *overrides], nprocs=2,
+                           script=str(Path(__file__).with_name("spy_train_worker.py")))
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    got = metrics_of(tmp_path / "run")
+    assert [r["iteration"] for r in got] == [0, 1, 2]
+    assert any("actor/grad_norm" in r for r in got), "no iteration trained: the spy saw no update's collectives"
+    assert all("async/staleness_max" in r for r in got if "actor/grad_norm" in r)
+    for rank in range(2):
+        seen = json.loads((tmp_path / f"spy_rank{rank}.json").read_text())
+        assert len(seen) > 10  # the spy watched the run's collectives
+        crossing = [s for s in seen if s["step_data"]]
+        assert not crossing, f"rank {rank} sent step data to other ranks: {crossing[:3]}"
