@@ -194,6 +194,17 @@ def any_rank(flag: bool) -> bool:
     return bool(t.item() > 0)
 
 
+def scatter_objects(objs: Optional[Sequence[Any]], src: int = 0) -> Any:
+    """Rank `src`'s `objs[r]` on each rank r (`objs`, one per rank, is read on `src` alone)."""
+    import torch.distributed as dist
+
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return objs[0]
+    box: list[Any] = [None]
+    dist.scatter_object_list(box, list(objs) if dist.get_rank() == src else None, src=src, group=side_group())
+    return box[0]
+
+
 def all_reduce_floats(values: Sequence[float], op: str = "sum") -> list[float]:
     """The element-wise sum (or max, `op="max"`) of every rank's `values` (same length on every rank), as
     float64 on the CPU: the scalars the ranks must agree on (loss denominators, micro-batch counts)."""

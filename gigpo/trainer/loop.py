@@ -8,8 +8,9 @@ function. With an in-process generator (hf, vllm) every rank plays its own share
 task groups with its own generator and env pool (sharding.py), computes the advantages of its own groups
 (every estimator is group-local) and trains on its own samples: only gradients, metrics and the scalars
 the loss needs (its denominators) cross ranks. Rank 0 alone keeps the logs, from the ranks' metrics (and,
-for `gigpo view`'s records when one is due, every rank's step records). Seeds of iteration i depend only on (trainer.seed, i) (gigpo/seeds.py), so a resumed run
-replays exactly the iterations a crash interrupted. What exists before the first iteration is built
+for `gigpo view`'s records when one is due, every rank's step records). Where rank 0 alone plays (a remote
+server), it hands each rank a share of its groups to train on. Seeds of iteration i depend only on
+(trainer.seed, i) (gigpo/seeds.py), so a resumed run replays exactly the iterations a crash interrupted. What exists before the first iteration is built
 in setup.py; evaluation is evaluation.py; one iteration's steps travel as a StepBatch (step_batch.py).
 """
 from __future__ import annotations
@@ -181,9 +182,11 @@ def redraw_uninformative(run: Run, iteration: int, batch: "StepBatch", episodes:
 def own_share(run: Run, iteration: int, played: Optional[tuple]) -> tuple["StepBatch", list, dict[str, float], int]:
     """This rank's steps of the iteration (none where it plays nothing), every rank's episode summaries,
     the rollout's metrics merged over ranks, and the step count of every rank together. Steps stay where
-    they were played; only episode summaries and metrics cross ranks. One rank: its own, unchanged."""
-    from gigpo.trainer.distributed import all_gather_objects, all_reduce_floats
-    from gigpo.trainer.sharding import merge_metrics, merge_rollouts
+    they were played; only episode summaries and metrics cross ranks. Where rank 0 alone plays (a remote
+    server; vLLM on several GPUs), it scatters its groups instead, a share to each rank, so that the update
+    stays spread over the ranks. One rank: its own, unchanged."""
+    from gigpo.trainer.distributed import all_gather_objects, all_reduce_floats, scatter_objects
+    from gigpo.trainer.sharding import merge_metrics, merge_rollouts, split_groups
     from gigpo.trainer.step_batch import StepBatch
 
     if run.world_size == 1:
@@ -195,6 +198,10 @@ def own_share(run: Run, iteration: int, played: Optional[tuple]) -> tuple["StepB
         episodes = sorted((e for p in parts for e in p[0]), key=lambda e: e.traj)
         metrics = merge_metrics([p[1] for p in parts], merge_rollouts([p[2] for p in parts]))
         rows_total = int(all_reduce_floats([len(batch)])[0])
+        if run.share is None or run.share.ranks < run.world_size:  # rank 0 played every group
+            shares = split_groups(batch, run.world_size) if run.main else None
+            batch = StepBatch.from_records(scatter_objects(shares), where=f"iteration {iteration}, phase rollout",
+                                           mixed_versions=run.config.rollout.group_versions == "mixed")
     if run.config.algorithm.dynamic_sampling and not rows_total and run.main:
         print(f"gigpo: iteration {iteration}: no group with differing returns after "
               f"{int(metrics.get('rollout/draws', 1))} draw(s); skipping the update "

@@ -90,6 +90,15 @@ def merge_metrics(parts: Sequence[dict[str, float]], first_draw: Rollout) -> dic
     return out
 
 
+def split_groups(batch: "StepBatch", ranks: int) -> list[tuple]:
+    """A batch played by one rank as `ranks` contiguous shares of its task groups (each rank's step records,
+    in the batch's order), for the layouts where rank 0 alone plays."""
+    groups = np.unique(batch.group)
+    shares = [Share(r, ranks).of(len(groups)) for r in range(ranks)]
+    return [tuple(batch.records[i] for i in np.flatnonzero(np.isin(batch.group, groups[s.start:s.stop])))
+            for s in shares]
+
+
 ROW_COLUMNS = ("group", "traj", "step", "reward", "anchor", "value")
 """StepRows' numeric columns: what a rank sends rank 0 of its rows for the step-group diagnostics."""
 
