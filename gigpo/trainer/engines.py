@@ -372,7 +372,8 @@ class _TrainedEngine(_MicroBatchedModel):
             raise ValueError("update() got no samples on any rank")
         if s.mini_batches is None and s.mini_batch_size is None:
             raise ValueError("minibatches() needs a mini-batch size or count")
-        per_epoch = min(s.mini_batches, int(total)) if s.mini_batches is not None else math.ceil(total / s.mini_batch_size)
+        per_epoch = (min(s.mini_batches, int(total)) if s.mini_batches is not None
+                     else math.ceil(total / s.mini_batch_size))
         return list(minibatches(prompts, None, s.ppo_epochs, seed, s.minibatch_by_prompt, parts=per_epoch))
 
     def update(self, samples: Sequence[TrainSample]) -> dict[str, float]:

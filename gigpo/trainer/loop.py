@@ -10,8 +10,9 @@ task groups with its own generator and env pool (sharding.py), computes the adva
 the loss needs (its denominators) cross ranks. Rank 0 alone keeps the logs, from the ranks' metrics (and,
 for `gigpo view`'s records when one is due, every rank's step records). Where rank 0 alone plays (a remote
 server), it hands each rank a share of its groups to train on. Seeds of iteration i depend only on
-(trainer.seed, i) (gigpo/seeds.py), so a resumed run replays exactly the iterations a crash interrupted. What exists before the first iteration is built
-in setup.py; evaluation is evaluation.py; one iteration's steps travel as a StepBatch (step_batch.py).
+(trainer.seed, i) (gigpo/seeds.py), so a resumed run replays exactly the iterations a crash interrupted.
+What exists before the first iteration is built in setup.py; evaluation is evaluation.py; one
+iteration's steps travel as a StepBatch (step_batch.py).
 """
 from __future__ import annotations
 

@@ -38,7 +38,8 @@ def update_rel(run: Path, rows: float) -> float:
     config = load_config(run / "config.yaml", [])
     longest = config.rollout.max_prompt_tokens + config.rollout.max_new_tokens
     model = AutoConfig.from_pretrained(run / "warmup" / "hf")
-    return reorder_tolerance(torch.float32, 1.0, 2 * forward_terms(model, longest) + int(rows) * config.rollout.max_new_tokens)
+    tokens = int(rows) * config.rollout.max_new_tokens
+    return reorder_tolerance(torch.float32, 1.0, 2 * forward_terms(model, longest) + tokens)
 
 
 def records(run: Path, name: str) -> list[dict]:
@@ -94,7 +95,8 @@ def test_step_data_stays_on_the_rank_that_played_it_in_async_dynamic_sampling_ru
                  "trainer.zero_stage=2", "model.dtype=fp32", "rollout.backend=hf", "rollout.mode=async",
                  "rollout.max_staleness=1", "algorithm.dynamic_sampling=true", "algorithm.max_resample=2",
                  "logging.rollouts_every=0", f"trainer.run_dir={tmp_path / 'run'}"]
-    env = {**clean_env(), "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {**clean_env(), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     cmd = relaunch_command([str(tmp_path), "recipes/sokoban_tiny.yaml", *overrides], nprocs=2,
                            script=str(Path(__file__).with_name("spy_train_worker.py")))
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
