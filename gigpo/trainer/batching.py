@@ -18,10 +18,12 @@ Two layouts, same results (tests/trainer/test_engines.py checks both against pla
   that takes a dense mask runs it (SDPA, eager); not flash-attention.
 In all three, only the positions that predict response tokens go through the LM head (`logits_to_keep`).
 
-With several ranks, every rank holds the whole batch (gathered from the ranks' shares) and computes the same
-plan; each rank then runs its share of micro-batches. Ranks must run the same number of forwards and
-backwards (ZeRO reduces gradients inside backward), so the plan splits micro-batches, or adds a
-zero-weight dummy one, until their count divides the world size.
+With several ranks, every rank holds only the samples of its own task groups and plans its own
+micro-batches (`plan_micro_batches(..., world_size=1)`). Ranks must still run the same number of forwards
+and backwards (ZeRO gathers parameters in forward and reduces gradients inside backward), so the engines
+agree on the largest count over ranks and `pad_plan` fills the gap with zero-weight dummy micro-batches:
+the rank's shortest sample, or `filler_sample()` on a rank that holds none. `plan_micro_batches` can
+also split one batch over `world_size` ranks (each rank runs its share of the bins).
 """
 from __future__ import annotations
 
@@ -299,6 +301,28 @@ def plan_micro_batches(lengths: Sequence[int], budget: int, world_size: int = 1,
         ranks[r].append(b)
         load[r] += size(b)
     return ranks
+
+
+Plan = list[tuple[list[int], bool]]
+"""One rank's micro-batches: (sample indices, is_dummy) each; a dummy with no indices runs `filler_sample()`."""
+
+
+def pad_plan(plan: Plan, count: int, lengths: Sequence[int]) -> Plan:
+    """`plan` with zero-weight dummy micro-batches appended until it has `count` (the largest plan over
+    ranks): each repeats the shortest sample, or, where this rank holds no samples, holds none (the
+    engine runs `filler_sample()` there)."""
+    if count < len(plan):
+        raise ValueError(f"cannot pad a plan of {len(plan)} micro-batches down to {count}")
+    filler = [min(range(len(lengths)), key=lambda i: lengths[i])] if len(lengths) else []
+    return plan + [(list(filler), True)] * (count - len(plan))
+
+
+def filler_sample() -> TrainSample:
+    """A one-token sample with every per-token field zero, for the dummy micro-batches of a rank that holds
+    no samples this time (it must still run the forwards and backwards the others run)."""
+    zero = torch.zeros(1)
+    return TrainSample([0], [0], 0.0, logp_old=zero, logp_ref=zero, returns=zero, values_old=zero,
+                       action_mask=zero, logp_behaviour=zero)
 
 
 def _per_token(sample: TrainSample, name: str) -> Optional[Tensor]:

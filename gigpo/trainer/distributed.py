@@ -1,5 +1,6 @@
 """Ranks for the one-controller design: every rank runs the same `gigpo train`, plays its share of each
-rollout (gigpo.trainer.sharding) and gathers the others' shares before the update.
+rollout (gigpo.trainer.sharding) and trains on it; only gradients (DeepSpeed's), metrics and a few
+scalars (loss denominators, micro-batch counts) cross ranks.
 
 `relaunch_command` builds the DeepSpeed launcher command that `gigpo train` re-executes itself under
 when `trainer.nprocs > 1`; inside the launched ranks WORLD_SIZE is set, so it is not relaunched again.
@@ -191,6 +192,33 @@ def any_rank(flag: bool) -> bool:
     t = torch.tensor([1.0 if flag else 0.0])  # on the CPU: the side group serves it
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=side_group())
     return bool(t.item() > 0)
+
+
+def scatter_objects(objs: Optional[Sequence[Any]], src: int = 0) -> Any:
+    """Rank `src`'s `objs[r]` on each rank r (`objs`, one per rank, is read on `src` alone)."""
+    import torch.distributed as dist
+
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return objs[0]
+    box: list[Any] = [None]
+    dist.scatter_object_list(box, list(objs) if dist.get_rank() == src else None, src=src, group=side_group())
+    return box[0]
+
+
+def all_reduce_floats(values: Sequence[float], op: str = "sum") -> list[float]:
+    """The element-wise sum (or max, `op="max"`) of every rank's `values` (same length on every rank), as
+    float64 on the CPU: the scalars the ranks must agree on (loss denominators, micro-batch counts)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return [float(v) for v in values]
+    ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+    if op not in ops:
+        raise ValueError(f"all_reduce_floats(op={op!r}): choose one of {sorted(ops)}")
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64)  # on the CPU: the side group serves it
+    dist.all_reduce(t, op=ops[op], group=side_group())
+    return t.tolist()
 
 
 def barrier() -> None:

@@ -2,9 +2,11 @@
 
 All three run the same micro-batched forward (gigpo.trainer.batching: padded or packed rows up to a
 token budget), with logits only at the positions that predict response tokens (`logits_to_keep`), so
-the vocabulary projection costs what the response needs, not the prompt. With several ranks every rank calls the same method with the
-same samples (the loop gathers every rank's share of the rollout); each computes its share of micro-batches and results are
-gathered, so every rank returns the full answer.
+the vocabulary projection costs what the response needs, not the prompt. With several ranks every rank calls the same
+method at the same point with its own samples (its own task groups) and gets its own samples' results back: no
+sample crosses ranks. Ranks agree on the number of micro-batches (the largest over ranks; the others pad with
+zero-weight dummies) and on the loss denominators (sums over ranks), so that the gradient DeepSpeed averages
+is the one of every rank's samples together.
 
 Gradient accumulation is caller-owned (`managed_gradient_accumulation: false`): one backward per
 micro-batch, however many a mini-batch needs, then one `engine.step()`; losses are divided by the
@@ -18,8 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, Optional, Sequence
 
-from gigpo.trainer.distributed import (RankInfo, all_gather_objects, any_rank, configure_accelerator,
-                                       init_distributed)
+from gigpo.trainer.distributed import (RankInfo, all_gather_objects, all_reduce_floats, any_rank,
+                                       configure_accelerator, init_distributed)
 
 configure_accelerator()
 
@@ -29,7 +31,8 @@ from torch import Tensor  # noqa: E402
 from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
 
 from gigpo.cpu_bf16 import bf16_matmuls  # noqa: E402
-from gigpo.trainer.batching import Layout, MicroBatch, TrainSample, collate, plan_micro_batches, unpad  # noqa: E402
+from gigpo.trainer.batching import (Layout, MicroBatch, Plan, TrainSample, collate, filler_sample,  # noqa: E402
+                                    pad_plan, plan_micro_batches, unpad)
 from gigpo.trainer.losses import aggregate, kl_k3, policy_loss, token_logp_entropy, value_loss  # noqa: E402
 from gigpo.trainer import lora  # noqa: E402
 from gigpo.trainer.rollout_correction import (Correction, SUM as CORRECTION_SUM, corrected_policy_loss,  # noqa: E402
@@ -187,19 +190,23 @@ class _MicroBatchedModel:
     def _collate(self, samples: Sequence[TrainSample], indices: list[int], dummy: bool) -> MicroBatch:
         """Lay out on the CPU, then move to this rank's accelerator (a no-op on CPU)."""
         dtype = next(self._module().parameters()).dtype  # the compute dtype, also of ZeRO-3 placeholders
+        if dummy and not indices:  # this rank holds no samples: a one-token filler runs the same forward
+            samples, indices = [filler_sample()], [0]
         return collate(samples, indices, dummy, self.layout).to(_device(), dtype)
 
-    def _plan(self, samples: Sequence[TrainSample]) -> list[tuple[list[int], bool]]:
+    def _own_plan(self, samples: Sequence[TrainSample]) -> Plan:
+        """This rank's micro-batches of its own samples (none when it holds none)."""
+        if not samples:
+            return []
         lengths = [len(s) for s in samples]
         prompts = [s.prompt_ids for s in samples] if self.layout == "shared" else None
-        plan = plan_micro_batches(lengths, self.settings.micro_token_budget, self.info.world_size, self.layout, prompts)
-        return plan[self.info.rank]
+        return plan_micro_batches(lengths, self.settings.micro_token_budget, 1, self.layout, prompts)[0]
 
-    def _gather_results(self, samples: Sequence[TrainSample], local: dict[int, Any]) -> list[Any]:
-        merged: dict[int, Any] = {}
-        for part in all_gather_objects(local):
-            merged.update(part)
-        return [merged[i] for i in range(len(samples))]
+    def _plan(self, samples: Sequence[TrainSample]) -> Plan:
+        """This rank's micro-batches, padded with dummies to the largest count over ranks (one collective)."""
+        plan = self._own_plan(samples)
+        (count,) = all_reduce_floats([len(plan)], op="max")
+        return pad_plan(plan, int(count), [len(s) for s in samples])
 
 
 class _PolicyForward(_MicroBatchedModel):
@@ -240,7 +247,7 @@ class _PolicyForward(_MicroBatchedModel):
             ents = unpad(ent, mb.mask) if ent is not None else [None] * len(per_sample)
             for i, lp, e in zip(indices, per_sample, ents):
                 local[i] = (lp, e)
-        results = self._gather_results(samples, local)
+        results = [local[i] for i in range(len(samples))]
         logps = [r[0] for r in results]
         if with_entropy:
             return logps, [r[1] for r in results]
@@ -283,12 +290,13 @@ def action_means(totals: dict[str, float]) -> dict[str, float]:
 
 
 def minibatches(prompts: Sequence[Sequence[int]], size: Optional[int], epochs: int, seed: int, by_prompt: bool,
-                count: Optional[int] = None) -> Iterator[list[int]]:
-    """Shuffled mini-batches of sample indices; identical on every rank (same seed).
+                count: Optional[int] = None, parts: Optional[int] = None) -> Iterator[list[int]]:
+    """Shuffled mini-batches of sample indices (the same for the same seed and samples).
 
     `count` cuts each epoch into that many mini-batches of (nearly) equal size (fewer when there are
     fewer samples), so the optimizer steps per iteration do not grow with episode length; without it,
-    mini-batches hold `size` samples.
+    mini-batches hold `size` samples. `parts` cuts each epoch into exactly that many, empty ones included:
+    one rank's parts of mini-batches that every rank's samples make together.
 
     `by_prompt` shuffles whole sets of samples with identical prompts instead of single samples, then
     cuts the order into mini-batches of `size`: a prompt's samples land together (at most split across
@@ -307,7 +315,9 @@ def minibatches(prompts: Sequence[Sequence[int]], size: Optional[int], epochs: i
     for _ in range(epochs):
         rng.shuffle(units)
         order = [i for unit in units for i in unit]
-        if count is None:
+        if parts is not None:
+            bounds = [len(order) * k // parts for k in range(parts + 1)]
+        elif count is None:
             if size is None:
                 raise ValueError("minibatches() needs a mini-batch size or count")
             bounds = list(range(0, len(order), size)) + [len(order)]
@@ -345,26 +355,53 @@ class _TrainedEngine(_MicroBatchedModel):
     def _micro_loss(self, mb: MicroBatch, denominator: float) -> tuple[Tensor, dict[str, float]]:
         raise NotImplementedError
 
+    def _mini_batches(self, samples: Sequence[TrainSample]) -> list[list[int]]:
+        """This rank's part of every mini-batch, in step order. One rank: `minibatches` as configured. Several:
+        the count per epoch follows from every rank's samples together (mini_batches, or the sample count over
+        mini_batch_size), and each rank cuts its own samples into that many parts, so every rank takes the same
+        optimizer steps and mini-batch k is every rank's part k."""
+        s = self.settings
+        prompts, seed = [x.prompt_ids for x in samples], minibatch_seed(s.seed, self.updates)
+        if self.info.world_size == 1:
+            if not samples:
+                raise ValueError("update() got no samples")
+            return list(minibatches(prompts, s.mini_batch_size, s.ppo_epochs, seed, s.minibatch_by_prompt,
+                                    s.mini_batches))
+        (total,) = all_reduce_floats([len(samples)])
+        if total == 0:
+            raise ValueError("update() got no samples on any rank")
+        if s.mini_batches is None and s.mini_batch_size is None:
+            raise ValueError("minibatches() needs a mini-batch size or count")
+        per_epoch = (min(s.mini_batches, int(total)) if s.mini_batches is not None
+                     else math.ceil(total / s.mini_batch_size))
+        return list(minibatches(prompts, None, s.ppo_epochs, seed, s.minibatch_by_prompt, parts=per_epoch))
+
     def update(self, samples: Sequence[TrainSample]) -> dict[str, float]:
-        """Train on `samples`: ppo_epochs x mini-batches of mini_batch_size, each one optimizer step."""
-        if not samples:
-            raise ValueError("update() got no samples")
+        """Train on `samples` (this rank's; with several ranks every rank calls it with its own, possibly none):
+        ppo_epochs x mini-batches, each one optimizer step on every rank's part of it together."""
         check_finite(samples)
         s, world = self.settings, self.info.world_size
         self.engine.train()
+        subsets = [[samples[i] for i in mini] for mini in self._mini_batches(samples)]
+        plans = [self._own_plan(subset) for subset in subsets]
+        # what the ranks agree on before the first step: each mini-batch's loss denominator (its tokens or
+        # samples on every rank together) and its micro-batch count (the largest; the others pad with dummies)
+        own = [float(sum(len(x.response_ids) for x in subset) if self._loss_agg() == "token-mean" else len(subset))
+               for subset in subsets]
+        denominators = all_reduce_floats(own)
+        micro_counts = all_reduce_floats([len(plan) for plan in plans], op="max")
         sums: dict[str, float] = defaultdict(float)
         steps, grad_norms, micro, packed, real, budget_used = 0, [], 0, 0, 0, 0
-        for mini in minibatches([x.prompt_ids for x in samples], s.mini_batch_size, s.ppo_epochs,
-                                minibatch_seed(s.seed, self.updates), s.minibatch_by_prompt, s.mini_batches):
-            subset = [samples[i] for i in mini]
+        for subset, plan, denominator, count in zip(subsets, plans, denominators, micro_counts):
+            if denominator == 0:  # no rank holds a sample of this mini-batch: every rank skips it alike
+                continue
             self.step_in_update = steps
-            tokens = sum(len(x.response_ids) for x in subset)
-            denominator = float(tokens if self._loss_agg() == "token-mean" else len(subset))
             finite = True
-            for indices, dummy in self._plan(subset):
+            for indices, dummy in pad_plan(plan, int(count), [len(x) for x in subset]):
                 mb = self._collate(subset, indices, dummy)
                 loss, parts = self._micro_loss(mb, denominator)
-                # DeepSpeed averages gradients over ranks; each rank holds a share of the mini-batch sum.
+                # DeepSpeed averages gradients over ranks; each rank's loss is its samples' share of the
+                # mini-batch's sum over every rank (the global denominator), so world x it sums to the whole.
                 with bf16_matmuls(s.dtype):
                     self.engine.backward(loss * (0.0 if dummy else float(world)))
                 micro += 1
@@ -597,7 +634,7 @@ class CriticEngine(_TrainedEngine):
             values = self._call(mb)
             if not dummy:
                 local.update(zip(indices, unpad(values, mb.mask)))
-        return self._gather_results(samples, local)
+        return [local[i] for i in range(len(samples))]
 
     def _micro_loss(self, mb: MicroBatch, denominator: float) -> tuple[Tensor, dict[str, float]]:
         if "returns" not in mb.fields:

@@ -5,11 +5,14 @@
 
 One controller drives everything. With `trainer.nprocs > 1` every DeepSpeed rank runs this same
 function. With an in-process generator (hf, vllm) every rank plays its own share of the iteration's
-task groups with its own generator and env pool (sharding.py); the shares are gathered, in the order
-one rank playing every group gives, and every rank learns from the whole batch. Rank 0 alone keeps the
-logs. Seeds of iteration i depend only on (trainer.seed, i) (gigpo/seeds.py), so a resumed run
-replays exactly the iterations a crash interrupted. What exists before the first iteration is built
-in setup.py; evaluation is evaluation.py; one iteration's steps travel as a StepBatch (step_batch.py).
+task groups with its own generator and env pool (sharding.py), computes the advantages of its own groups
+(every estimator is group-local) and trains on its own samples: only gradients, metrics and the scalars
+the loss needs (its denominators) cross ranks. Rank 0 alone keeps the logs, from the ranks' metrics (and,
+for `gigpo view`'s records when one is due, every rank's step records). Where rank 0 alone plays (a remote
+server), it hands each rank a share of its groups to train on. Seeds of iteration i depend only on
+(trainer.seed, i) (gigpo/seeds.py), so a resumed run replays exactly the iterations a crash interrupted.
+What exists before the first iteration is built in setup.py; evaluation is evaluation.py; one
+iteration's steps travel as a StepBatch (step_batch.py).
 """
 from __future__ import annotations
 
@@ -76,13 +79,13 @@ def run_iteration(run: Run, iteration: int) -> bool:
     timer, metrics, started = PhaseTimer(), {}, time.perf_counter()
     with timer("rollout"):  # played now (sync), or waited for: it started during the last update (async)
         played = run.pipeline.collect(iteration) if run.share else None
-        batch, episodes, rollout_metrics = gather_shares(run, iteration, played)  # every rank: the whole batch
+        batch, episodes, rollout_metrics, rows_total = own_share(run, iteration, played)  # this rank's steps
     metrics.update(rollout_metrics)
     run.state["env_steps_total"] += int(metrics["rollout/env_steps"])  # the same sum on every rank
     metrics["rollout/env_steps_total"] = float(run.state["env_steps_total"])
     last = iteration == t.iterations or bool(t.max_env_steps and run.state["env_steps_total"] >= t.max_env_steps)
 
-    if len(batch):  # dynamic sampling can drop every group; such an iteration only plays, evaluates and saves
+    if rows_total:  # dynamic sampling can drop every group; such an iteration only plays, evaluates and saves
         learn(run, iteration, batch, episodes, last, timer, metrics)
     if iteration % t.eval_every == 0 or last:  # the final policy is always evaluated
         with timer("eval"):
@@ -177,30 +180,34 @@ def redraw_uninformative(run: Run, iteration: int, batch: "StepBatch", episodes:
     return batch, episodes
 
 
-def gather_shares(run: Run, iteration: int, played: Optional[tuple]) -> tuple["StepBatch", list, dict[str, float]]:
-    """Every rank's share of the iteration's rollout (None where a rank plays nothing), as the batch,
-    episodes and metrics of one rank playing every group, on every rank. One rank: its own, unchanged."""
-    from gigpo.trainer.distributed import all_gather_objects
-    from gigpo.trainer.sharding import merge_metrics, merge_rollouts
+def own_share(run: Run, iteration: int, played: Optional[tuple]) -> tuple["StepBatch", list, dict[str, float], int]:
+    """This rank's steps of the iteration (none where it plays nothing), every rank's episode summaries,
+    the rollout's metrics merged over ranks, and the step count of every rank together. Steps stay where
+    they were played; only episode summaries and metrics cross ranks. Where rank 0 alone plays (a remote
+    server; vLLM on several GPUs), it scatters its groups instead, a share to each rank, so that the update
+    stays spread over the ranks. One rank: its own, unchanged."""
+    from gigpo.trainer.distributed import all_gather_objects, all_reduce_floats, scatter_objects
+    from gigpo.trainer.sharding import merge_metrics, merge_rollouts, split_groups
     from gigpo.trainer.step_batch import StepBatch
 
     if run.world_size == 1:
         batch, episodes, metrics, _ = played
+        rows_total = len(batch)
     else:
-        mine = None if played is None else (played[0].records, *played[1:])  # rows travel as records
-        parts = [p for p in all_gather_objects(mine) if p is not None]
-        b = run.config.env.num_groups
-        # one rank's order: draw by draw (dynamic sampling's re-draws), each in (step, traj) order
-        records = sorted((r for p in parts for r in p[0]), key=lambda r: (r.group // b, r.step, r.traj))
-        batch = StepBatch.from_records(records, where=f"iteration {iteration}, phase rollout",
-                                       mixed_versions=run.config.rollout.group_versions == "mixed")
-        episodes = sorted((e for p in parts for e in p[1]), key=lambda e: e.traj)
-        metrics = merge_metrics([p[2] for p in parts], merge_rollouts([p[3] for p in parts]))
-    if run.config.algorithm.dynamic_sampling and not len(batch) and run.main:
+        batch = played[0] if played is not None else StepBatch.from_records([], where=f"iteration {iteration}")
+        parts = [p for p in all_gather_objects(None if played is None else played[1:]) if p is not None]
+        episodes = sorted((e for p in parts for e in p[0]), key=lambda e: e.traj)
+        metrics = merge_metrics([p[1] for p in parts], merge_rollouts([p[2] for p in parts]))
+        rows_total = int(all_reduce_floats([len(batch)])[0])
+        if run.share is None or run.share.ranks < run.world_size:  # rank 0 played every group
+            shares = split_groups(batch, run.world_size) if run.main else None
+            batch = StepBatch.from_records(scatter_objects(shares), where=f"iteration {iteration}, phase rollout",
+                                           mixed_versions=run.config.rollout.group_versions == "mixed")
+    if run.config.algorithm.dynamic_sampling and not rows_total and run.main:
         print(f"gigpo: iteration {iteration}: no group with differing returns after "
               f"{int(metrics.get('rollout/draws', 1))} draw(s); skipping the update "
               f"(raise algorithm.max_resample or make the start stronger)", flush=True)
-    return batch, episodes, metrics
+    return batch, episodes, metrics, rows_total
 
 
 def evaluate_shared(run: Run, iteration: int) -> dict[str, float]:
@@ -213,8 +220,11 @@ def evaluate_shared(run: Run, iteration: int) -> dict[str, float]:
 
     local = run.pipeline.call(lambda: play_evaluation(run.config, run.eval_pool, run.generator, run.prompt_fn,
                                                       share=run.share)) if run.share else None
+    hook = run.recorder.eval_hook(iteration)
+    if run.world_size > 1 and local is not None and hook is None:  # steps travel only for the record
+        local = replace(local, steps=[])
     result = local if run.world_size == 1 else merge_rollouts(all_gather_objects(local))
-    if run.main and (hook := run.recorder.eval_hook(iteration)) is not None:
+    if run.main and hook is not None:
         hook(result)
     return result.metrics("eval/")
 
@@ -223,49 +233,49 @@ def evaluate_shared(run: Run, iteration: int) -> dict[str, float]:
 
 def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list], last: bool, timer,
           metrics: dict[str, float]) -> None:
-    """Advantages, old and reference log-probs, the PPO-clip update (and the critic's), the weight sync."""
-    from gigpo.advantage.diagnostics import revisit_diagnostics, step_group_diagnostics
+    """Advantages, old and reference log-probs, the PPO-clip update (and the critic's), the weight sync, each
+    rank on its own steps (possibly none: it still runs every collective the others run)."""
+    from gigpo.trainer.distributed import all_gather_objects
     from gigpo.trainer.memory_phases import enter_phase
     from gigpo.trainer.setup import push_weights
+    from gigpo.trainer.sharding import merge_gaps, merge_staleness
     from gigpo.trainer.step_batch import with_advantages
 
-    config, a, t = run.config, run.config.algorithm, run.config.trainer
+    a, t = run.config.algorithm, run.config.trainer
     actor, critic = run.actor, run.critic
     metrics.update(enter_phase(run, "update"))  # vLLM sleeps, the reference returns (CUDA; memory_phases.py)
-    # ---- advantages on the real rows only (no padding, no duplicates); every rank computes the same pure
-    # function, so only the rollout crosses processes
+    # ---- advantages on the real rows only (no padding, no duplicates), of this rank's own groups: every
+    # estimator is group-local (PPO's GAE per trajectory), so they equal those of one rank holding every group
     with timer("advantage"):
         token_values = critic.compute_values(batch.bare_samples()) if critic is not None else None  # PPO's V(s_t)
-        batch, result = with_advantages(batch, a, token_values, placebo=(t.seed, iteration) if a.shuffle_advantages else None,
-                                        where=f"iteration {iteration}, phase advantage")
-        if run.main:
-            metrics.update(step_group_diagnostics(result))
-            metrics.update(revisit_diagnostics(batch.rows))
-            run.recorder.after_advantage(iteration, last, batch.records, episodes, batch.rows, result)
-            if config.logging.log_rollouts:
-                from gigpo.advantage.jsonl import write_step_rows
-
-                write_step_rows(run.run_dir / "rollouts" / f"{iteration:06d}.jsonl", batch.rows)
-    samples = batch.train_samples(run.tokenizer, behaviour_as_old=run.from_generator)
+        result = None
+        if len(batch):
+            batch, result = with_advantages(batch, a, token_values,
+                                            placebo=(t.seed, iteration) if a.shuffle_advantages else None,
+                                            where=f"iteration {iteration}, phase advantage")
+        metrics.update(report_advantages(run, iteration, last, batch, episodes, result))
+    samples = batch.train_samples(run.tokenizer, behaviour_as_old=run.from_generator) if len(batch) else []
 
     # ---- log-probs: old (the generator's where exact, else the actor's before the update) and reference (KL)
     with timer("logprobs"):
         if run.from_generator:  # the gap is still logged, on a cheap sample, so a generator/trainer mismatch shows
             probe = random.Random(probe_seed(t.seed, iteration)).sample(range(len(samples)), min(GAP_PROBE, len(samples)))
             probe_logps = actor.compute_log_probs([samples[i] for i in probe])
-            if run.main:
-                metrics.update(logprob_gap([batch.behaviour_logprobs[i] for i in probe], probe_logps))
+            gap = logprob_gap([batch.behaviour_logprobs[i] for i in probe], probe_logps)
         else:
             old = actor.compute_log_probs(samples)
             for sample, logp in zip(samples, old):
                 sample.logp_old = logp
-            if run.main:
-                metrics.update(logprob_gap(batch.behaviour_logprobs, old))
+            gap = logprob_gap(batch.behaviour_logprobs, old)
+        gap = gap if run.world_size == 1 else merge_gaps(all_gather_objects(gap))
+        if run.main:
+            metrics.update(gap_metrics(gap))
         if run.reference is not None:
             for sample, logp in zip(samples, run.reference.compute_log_probs(samples)):
                 sample.logp_ref = logp
         # async mode: every sample's staleness checked; with the rollout correction, the generator's log-probs attached
-        metrics.update(run.pipeline.correct(samples, batch.policy_version, batch.behaviour_logprobs))
+        lag = run.pipeline.correct(samples, batch.policy_version, batch.behaviour_logprobs)
+        metrics.update(lag if run.world_size == 1 else merge_staleness(all_gather_objects((lag, len(samples)))))
 
     # ---- PPO-clip update (and the critic's)
     with timer("update"):
@@ -283,11 +293,51 @@ def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list]
                        else push_weights(actor, run.generator, iteration, run.verifier))
 
 
-def logprob_gap(generator_logps: Sequence[Sequence[float]], trainer_logps: Sequence[Any]) -> dict[str, float]:
-    """How far the generator's log-probs are from the trainer's, per response token (mean and max |diff|)."""
+def report_advantages(run: Run, iteration: int, last: bool, batch: "StepBatch", episodes: list,
+                      result: Any) -> dict[str, float]:
+    """On rank 0: the step-group and revisit diagnostics of every rank's rows, and (when due) the records
+    for `gigpo view` and the rows file (logging.log_rollouts). With several ranks each sends rank 0 its rows'
+    ids, rewards and anchor hashes and its advantages (numbers, no tokens); its step records and anchor
+    texts only when a record or rows file is due. Every rank calls it (a collective)."""
+    from gigpo.advantage.diagnostics import revisit_diagnostics, step_group_diagnostics
+    from gigpo.trainer.distributed import all_gather_objects
+    from gigpo.trainer.sharding import advantage_part, merge_advantage_parts
+
+    recorder, log_rows = run.recorder, run.config.logging.log_rollouts
+    due = bool(recorder.every) and (iteration % recorder.every == 0 or last)
+    if run.world_size == 1:
+        rows, records = batch.rows, batch.records
+    else:
+        part = advantage_part(batch, result, with_texts=due or log_rows) if len(batch) else None
+        merged = merge_advantage_parts(all_gather_objects(part), run.config.env.num_groups)
+        if merged is None:  # no rank trained a step (cannot happen: learn() runs only when some rank has rows)
+            return {}
+        rows, result, records = merged
+    if not run.main:
+        return {}
+    metrics = {**step_group_diagnostics(result), **revisit_diagnostics(rows)}
+    recorder.after_advantage(iteration, last, records, episodes, rows, result)
+    if log_rows:
+        from gigpo.advantage.jsonl import write_step_rows
+
+        write_step_rows(run.run_dir / "rollouts" / f"{iteration:06d}.jsonl", rows)
+    return metrics
+
+
+def logprob_gap(generator_logps: Sequence[Sequence[float]], trainer_logps: Sequence[Any]) -> tuple[float, int, float]:
+    """How far the generator's log-probs are from the trainer's: the sum, count and max of |diff| over the
+    response tokens (sharding.merge_gaps adds the ranks' up; gap_metrics makes the metrics)."""
+    if not generator_logps:
+        return 0.0, 0, float("-inf")
     diffs = np.concatenate([np.abs(np.asarray(g, dtype=np.float64) - t.double().numpy())
                             for g, t in zip(generator_logps, trainer_logps)])
-    return {"rollout/logp_gap_mean": float(diffs.mean()), "rollout/logp_gap_max": float(diffs.max())}
+    return float(diffs.sum()), int(diffs.size), float(diffs.max())
+
+
+def gap_metrics(gap: tuple[float, int, float]) -> dict[str, float]:
+    """`rollout/logp_gap_mean` and `_max` per response token (none when no token was compared)."""
+    total, count, largest = gap
+    return {"rollout/logp_gap_mean": total / count, "rollout/logp_gap_max": largest} if count else {}
 
 
 def peak_rss_gb() -> float:

@@ -1,6 +1,7 @@
 """The rollout split over ranks: each rank plays a contiguous share of an iteration's task groups (and
-of the evaluation tasks) with its own generator and env pool, and the shares are put back together in
-the order one rank playing every group would give.
+of the evaluation tasks) with its own generator and env pool, computes its groups' advantages and trains
+on its own steps. What rank 0 logs is put back together from the ranks' parts: metrics and episode
+summaries always, the advantages' numbers for the diagnostics, step records only for a record that is due.
 
 Group and trajectory ids are global (`rollout(group_offset=share.start)`), so a share's rows carry the
 ids they would have in the whole batch, and the advantage, which is group-local for every estimator
@@ -10,10 +11,17 @@ device) rank 0 plays every group, as before (`playing_ranks`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import numpy as np
 
 from gigpo.rollout.records import Rollout
+
+if TYPE_CHECKING:
+    from gigpo.advantage.estimators import AdvantageResult
+    from gigpo.advantage.rows import StepRows
+    from gigpo.trainer.step_batch import StepBatch
 
 RATE_KEYS = ("success", "return", "episode_length", "invalid_action_rate", "episodes", "errors")
 """Rollout.metrics() keys that are functions of the episodes alone: recomputed from the merged episodes."""
@@ -80,3 +88,64 @@ def merge_metrics(parts: Sequence[dict[str, float]], first_draw: Rollout) -> dic
     out.update({k: v for k, v in rates.items()
                 if k.startswith("rollout/success/") or k[len("rollout/"):] in RATE_KEYS})
     return out
+
+
+def split_groups(batch: "StepBatch", ranks: int) -> list[tuple]:
+    """A batch played by one rank as `ranks` contiguous shares of its task groups (each rank's step records,
+    in the batch's order), for the layouts where rank 0 alone plays."""
+    groups = np.unique(batch.group)
+    shares = [Share(r, ranks).of(len(groups)) for r in range(ranks)]
+    return [tuple(batch.records[i] for i in np.flatnonzero(np.isin(batch.group, groups[s.start:s.stop])))
+            for s in shares]
+
+
+ROW_COLUMNS = ("group", "traj", "step", "reward", "anchor", "value")
+"""StepRows' numeric columns: what a rank sends rank 0 of its rows for the step-group diagnostics."""
+
+
+def advantage_part(batch: "StepBatch", result: "AdvantageResult", with_texts: bool) -> dict[str, Any]:
+    """One rank's rows and advantages as numbers (ids, rewards, anchor hashes, the estimator's arrays), plus
+    its step records and anchor texts only `with_texts` (a record or rows file is due)."""
+    rows = batch.rows
+    return {"columns": {name: getattr(rows, name) for name in ROW_COLUMNS}, "result": result,
+            "anchor_text": list(rows.anchor_text) if with_texts and rows.anchor_text is not None else None,
+            "records": batch.records if with_texts else None}
+
+
+def merge_advantage_parts(parts: Sequence[Optional[dict[str, Any]]], num_groups: int
+                          ) -> Optional[tuple["StepRows", "AdvantageResult", Optional[tuple]]]:
+    """The ranks' parts as the rows, advantages and records of one rank holding every group, in its order
+    (draw by draw, each in (step, traj) order); None if no rank sent a part."""
+    from gigpo.advantage.rows import StepRows
+
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    cat = lambda name: None if parts[0]["columns"][name] is None else np.concatenate(  # noqa: E731
+        [p["columns"][name] for p in parts])
+    columns = {name: cat(name) for name in ROW_COLUMNS}
+    order = np.lexsort((columns["traj"], columns["step"], columns["group"] // num_groups))
+    texts = None if parts[0]["anchor_text"] is None else [t for p in parts for t in p["anchor_text"]]
+    rows = StepRows(**{k: None if v is None else v[order] for k, v in columns.items()},
+                    anchor_text=None if texts is None else [texts[i] for i in order])
+    result = parts[0]["result"]
+    result = replace(result, **{name: np.concatenate([getattr(p["result"], name) for p in parts])[order]
+                                for name in ("advantage", "episode_advantage", "step_advantage", "step_group_size",
+                                             "returns")})
+    records = None if parts[0]["records"] is None else [r for p in parts for r in p["records"]]
+    return rows, result, None if records is None else tuple(records[i] for i in order)
+
+
+def merge_gaps(parts: Sequence[tuple[float, int, float]]) -> tuple[float, int, float]:
+    """The ranks' log-prob gaps (sum, count, max of |diff|) as one rank's."""
+    return (sum(p[0] for p in parts), sum(p[1] for p in parts), max(p[2] for p in parts))
+
+
+def merge_staleness(parts: Sequence[tuple[dict[str, float], int]]) -> dict[str, float]:
+    """The ranks' async staleness metrics (each with its sample count): the largest max, the sample-weighted mean."""
+    parts = [(m, n) for m, n in parts if m]
+    if not parts:
+        return {}
+    total = sum(n for _, n in parts)
+    return {"async/staleness_max": max(m["async/staleness_max"] for m, _ in parts),
+            "async/staleness_mean": sum(m["async/staleness_mean"] * n for m, n in parts) / total if total else 0.0}

@@ -19,8 +19,8 @@ def main(rank: int, world: int, port: int, backend: str, out_dir: str) -> None:
     os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     from gigpo.trainer import distributed
-    from gigpo.trainer.distributed import (all_gather_objects, any_rank, barrier, broadcast_object, init_distributed,
-                                           shutdown_distributed)
+    from gigpo.trainer.distributed import (all_gather_objects, all_reduce_floats, any_rank, barrier, broadcast_object,
+                                           init_distributed, scatter_objects, shutdown_distributed)
 
     info = init_distributed(backend=backend)
     result = {
@@ -28,6 +28,10 @@ def main(rank: int, world: int, port: int, backend: str, out_dir: str) -> None:
         "any_rank_none": any_rank(False),
         "gathered": all_gather_objects({"rank": rank, "loss/policy": 0.5 * rank}),  # the engines' metric sums
         "broadcast": broadcast_object(f"from rank {rank}"),  # setup.py's model path
+        # a server's groups, from rank 0
+        "scattered": scatter_objects([f"to rank {r}" for r in range(world)] if rank == 0 else None),
+        "summed": all_reduce_floats([1.0 + rank, 2.0]),  # the update's loss denominators
+        "largest": all_reduce_floats([float(rank), 3.0], op="max"),  # its micro-batch counts
         "side_group": distributed.side_group() is not None,
     }
     barrier()  # checkpoint.py's

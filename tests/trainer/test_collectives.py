@@ -47,6 +47,8 @@ def test_every_loop_collective_runs_in_a_group_that_serves_only_accelerator_tens
         assert got["any_rank_last"] is True and got["any_rank_none"] is False
         assert got["gathered"] == [{"rank": 0, "loss/policy": 0.0}, {"rank": 1, "loss/policy": 0.5}]
         assert got["broadcast"] == "from rank 0"
+        assert got["scattered"] == f"to rank {rank}"
+        assert got["summed"] == [3.0, 4.0] and got["largest"] == [1.0, 3.0]
         # the CPU side group exists only where the default group cannot carry CPU tensors
         assert got["side_group"] is (backend == "cuda:gloo")
 

@@ -59,3 +59,17 @@ def test_single_shuffles_mix_many_states_into_each_of_few_mini_batches():
     grouped = list(minibatches(prompts, None, 1, seed=0, by_prompt=True, count=4))
     assert min(len({prompts[i][0] for i in b}) for b in mixed) >= 10
     assert max(len({prompts[i][0] for i in b}) for b in grouped) <= 5
+
+
+@given(st.lists(st.integers(0, 9), max_size=30), st.integers(1, 12), st.integers(1, 3), st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_a_ranks_parts_are_exactly_the_agreed_count_and_cover_its_samples(prompt_of, parts, epochs, by_prompt):
+    """With several ranks every rank must take the same optimizer steps: a rank cuts its own samples (maybe
+    fewer than the steps, maybe none) into exactly `parts` per epoch, some empty, each sample once."""
+    prompts = [[p, p + 1] for p in prompt_of]
+    batches = list(minibatches(prompts, None, epochs, seed=3, by_prompt=by_prompt, parts=parts))
+    assert len(batches) == parts * epochs
+    for e in range(epochs):
+        epoch = batches[e * parts:(e + 1) * parts]
+        assert sorted(i for b in epoch for i in b) == list(range(len(prompts)))
+        assert max(map(len, epoch)) - min(map(len, epoch)) <= 1  # near-equal parts of the shuffled order

@@ -9,7 +9,8 @@ import pytest
 
 from gigpo.rollout.collect import rollout
 from gigpo.rollout.types import SamplingSettings
-from gigpo.trainer.sharding import Share, merge_metrics, merge_rollouts, playing_ranks
+from gigpo.trainer.sharding import (Share, advantage_part, merge_advantage_parts, merge_metrics, merge_rollouts,
+                                    playing_ranks, split_groups)
 from gigpo.trainer.step_batch import StepBatch, with_advantages
 from support.sokoban_pool import sokoban_tiny_pool
 
@@ -71,10 +72,23 @@ def test_shares_played_apart_and_merged_equal_one_rollout_of_every_group(sokoban
     assert got["rollout/episodes"] == 15 and got["rollout/env_steps"] == len(whole.steps)
     # advantages are group-local: each share's own equal the whole batch's rows
     algorithm = config.algorithm
-    full, _ = with_advantages(StepBatch.from_records(whole.steps), algorithm, None)
+    full, full_result = with_advantages(StepBatch.from_records(whole.steps), algorithm, None)
+    sent = []
     for part in parts:
-        own, _ = with_advantages(StepBatch.from_records(part.steps), algorithm, None)
+        own, own_result = with_advantages(StepBatch.from_records(part.steps), algorithm, None)
         index = {(r.traj, r.step): i for i, r in enumerate(whole.steps)}
         rows = [index[(r.traj, r.step)] for r in part.steps]
         np.testing.assert_allclose(own.advantage, full.advantage[rows], rtol=0, atol=1e-12)
+        sent.append(advantage_part(own, own_result, with_texts=True))
     assert np.abs(full.advantage).max() > 0  # the check above compared something
+    # what each rank sends rank 0 for its diagnostics and records, put back: the whole batch's, in its order
+    rows, result, records = merge_advantage_parts([sent[1], None, sent[0]], len(seeds))
+    assert [bare(r) for r in records] == [bare(r) for r in whole.steps]
+    for name in ("group", "traj", "step", "anchor", "reward"):
+        np.testing.assert_array_equal(getattr(rows, name), getattr(full.rows, name))
+    assert list(rows.anchor_text) == list(full.rows.anchor_text)
+    for name in ("advantage", "episode_advantage", "step_advantage", "step_group_size", "returns"):
+        np.testing.assert_allclose(getattr(result, name), getattr(full_result, name), rtol=0, atol=1e-12)
+    # rank 0 alone played every group (a server): each rank gets the records its share would have played
+    split = split_groups(StepBatch.from_records(whole.steps), 2)
+    assert [[bare(r) for r in share] for share in split] == [[bare(r) for r in p.steps] for p in parts]

@@ -1,8 +1,11 @@
 """One rank of the 2-rank test (tests/trainer/test_launch.py), started by DeepSpeed's launcher.
 
-Rank 0 alone makes the batch and broadcasts it, as the loop does; both ranks compute log-probs,
-update (ZeRO-2; an optional third argument picks another stage, a fourth LoRA rank turns on
-adapters), compare their weights and save a checkpoint together. Rank 0 writes result.json.
+Each rank holds only its share of the batch, as the loop's ranks hold their own task groups: rank 0 the
+first `SPLIT` samples, rank 1 the rest (half the response tokens of rank 0's, so a loss denominator taken
+per rank would weigh the ranks' samples differently). Both ranks compute their samples' log-probs, update
+together (ZeRO-2; an optional third argument picks another stage, a fourth LoRA rank turns on adapters),
+compare their weights and save a checkpoint together. Rank 0 writes result.json (log-probs of every
+sample, in batch order) and weights.pt (the full weights after the update).
 """
 from __future__ import annotations
 
@@ -15,16 +18,18 @@ from pathlib import Path
 import torch
 
 from gigpo.trainer.checkpoint import latest_checkpoint, save_checkpoint
-from gigpo.trainer.distributed import all_gather_objects, broadcast_object, init_distributed, shutdown_distributed
+from gigpo.trainer.distributed import all_gather_objects, init_distributed, shutdown_distributed
 from gigpo.trainer.engines import ActorEngine
 
 sys.path.insert(0, str(Path(__file__).parent))
 from trainer_helpers import engine_settings, loss_settings, make_samples  # noqa: E402
 
-SETTINGS = engine_settings(zero_stage=2, micro_token_budget=48, mini_batch_size=6, lr=1e-3,
-                          grad_clip=1e6)
+SETTINGS = engine_settings(zero_stage=2, micro_token_budget=48, mini_batch_size=None, mini_batches=1, ppo_epochs=1,
+                          lr=1e-3, grad_clip=1e6)
 LOSS = loss_settings(kl_coef=0.0, entropy_coef=0.0)
 ADVANTAGES = [1.0, 0.0, 0.5, -1.0, 0.0, -0.5]
+SPLIT = 4
+"""Rank 0 holds samples[:SPLIT] (28 response tokens), rank 1 the rest (14)."""
 
 
 def settings(zero_stage: int = SETTINGS.zero_stage, lora_rank: int = 0):
@@ -36,19 +41,24 @@ def settings(zero_stage: int = SETTINGS.zero_stage, lora_rank: int = 0):
 
 def main(model_dir: str, out_dir: str, zero_stage: int = SETTINGS.zero_stage, lora_rank: int = 0) -> None:
     info = init_distributed()
-    samples = broadcast_object(make_samples() if info.is_main else None)
+    share = slice(0, SPLIT) if info.rank == 0 else slice(SPLIT, None)
+    samples = make_samples()[share]
     actor = ActorEngine(model_dir, settings(zero_stage, lora_rank), LOSS)
     before = actor.compute_log_probs(samples)
-    for s, lp, adv in zip(samples, before, ADVANTAGES):
+    for s, lp, adv in zip(samples, before, ADVANTAGES[share]):
         s.logp_old, s.advantage = lp, adv
     metrics = actor.update(samples)
     after = actor.compute_log_probs(samples)
-    digest = hashlib.sha256()
+    digest, weights = hashlib.sha256(), {}
     for name, tensor in actor.named_weights():
         digest.update(name.encode() + tensor.numpy().tobytes())
+        weights[name] = tensor
     digests = all_gather_objects(digest.hexdigest())
+    # the log-probs of every sample, in batch order: gathered here for the test only
+    before, after = ([t for part in all_gather_objects(x) for t in part] for x in (before, after))
     save_checkpoint(out_dir, 1, actor, loop_state={"world": info.world_size})
     if info.is_main:
+        torch.save(weights, Path(out_dir, "weights.pt"))
         ckpt = latest_checkpoint(out_dir)
         Path(out_dir, "result.json").write_text(json.dumps({
             "world_size": info.world_size, "metrics": metrics, "weight_digests": digests,
