@@ -75,9 +75,35 @@ def test_state_anchor_tells_apart_equal_texts_and_episodes_truncate(alfworld_dat
     assert gym.make(ENV_ID, data_path=str(alfworld_data)).spec.max_episode_steps == 50  # the paper's budget
 
 
+def test_history_anchor_keys_equal_texts_by_the_recent_path(alfworld_data: Path) -> None:
+    """`anchor="history"`: the same text reached along different recent paths is two keys, the same path one."""
+    env = gym.make(ENV_ID, data_path=str(alfworld_data), anchor="history", anchor_history=1).unwrapped
+
+    def play(place: str) -> list[str]:
+        _, info = env.reset(seed=1)
+        anchors = [info["anchor"]]
+        for text in (f"<action>{place}</action>", "<action>fly to the moon</action>", "<action>inventory</action>"):
+            anchors.append(env.step(text)[4]["anchor"])
+        return anchors
+
+    _, info = env.reset(seed=1)
+    first_text = info["anchor"]
+    places = [c for c in info["admissible_actions"] if c.startswith("go to ")][:2]
+    a, b, a_again = play(places[0]), play(places[1]), play(places[0])
+    assert a[0] == b[0] == first_text  # no path yet: the observation alone
+    assert a == a_again  # same task, seed and actions: the members of a group meet in one key
+    assert a[2] == a[1]  # an invalid action changes nothing, path included
+    assert a[3].endswith("You are not carrying anything.") and b[3].endswith("You are not carrying anything.")
+    assert a[3] != b[3]  # equal texts, different places before: two keys
+    assert f"> {places[0]}" not in a[3]  # K=1: only the last pair (arrive, inventory) precedes the text
+    assert a[3].startswith(a[1].split("\n")[-1])  # which starts with the observation the inventory came from
+
+
 def test_bad_env_arguments_name_the_input(alfworld_data: Path) -> None:
     with pytest.raises(ValueError, match="anchor='facts'"):
         gym.make(ENV_ID, data_path=str(alfworld_data), anchor="facts")
+    with pytest.raises(ValueError, match="anchor_history=0"):
+        gym.make(ENV_ID, data_path=str(alfworld_data), anchor="history", anchor_history=0)
     with pytest.raises(FileNotFoundError, match="nowhere"):
         gym.make(ENV_ID, data_path=str(alfworld_data / "nowhere"))
 

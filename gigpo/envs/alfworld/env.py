@@ -22,7 +22,10 @@ Episode end
 Anchor
     `anchor="observation"`: the observation text. `anchor="state"`: where the agent is, what it
     holds, what is open, which objects are hot/cool/clean/toggled/sliced and which were moved,
-    read from the engine's facts ("Nothing happens." at two places is two states).
+    read from the engine's facts ("Nothing happens." at two places is two states). `anchor="history"`:
+    the observation plus the last `anchor_history` (observation, action) pairs that led to it, so equal
+    texts reached along different recent paths are different keys (invalid actions, which change nothing,
+    are not part of the path).
 Info
     `task_type` (also the env's `task_type` attribute) and `task_path`. With `expert=True`, the
     fixed hand-coded expert's next command is `info["expert_action"]` and `expert_action()` (the
@@ -97,18 +100,23 @@ class ALFWorldEnv(AgentEnv):
         data_path: Optional[str] = None,
         split: str = "train",
         task_types: Optional[Sequence[str]] = None,
-        anchor: Literal["observation", "state"] = "observation",
+        anchor: Literal["observation", "state", "history"] = "observation",
+        anchor_history: int = 2,
         expert: bool = False,
         win_reward: float = 10.0,
         invalid_action_penalty: float = 0.1,
         render_mode: Optional[str] = None,
     ) -> None:
         super().__init__(invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
-        if anchor not in ("observation", "state"):
-            raise ValueError(f"anchor={anchor!r} must be 'observation' or 'state'")
+        if anchor not in ("observation", "state", "history"):
+            raise ValueError(f"anchor={anchor!r} must be 'observation', 'state' or 'history'")
+        if anchor_history < 1:
+            raise ValueError(f"anchor_history={anchor_history} must be at least 1 (the pairs before the observation)")
         self.tasks: list[TaskFiles] = find_tasks(data_path, split, task_types)
         self.split = split
         self.anchor_mode = anchor
+        self.anchor_history = int(anchor_history)
+        self._path: list[tuple[str, str]] = []  # (observation, action) pairs of the valid steps so far
         self.with_expert = bool(expert)
         self.win_reward = float(win_reward)
         self._engine = make_engine(expert=self.with_expert)
@@ -151,10 +159,12 @@ class ALFWorldEnv(AgentEnv):
             tuple(_args(f)) for f in self._state["facts"] if f.name == "inreceptacle"  # type: ignore[misc]
         )
         self.task, observation = split_intro(self._state["feedback"])
+        self._path = []
         self.task_type = task.task_type
         return observation, self._extra()
 
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        self._path.append((self._observation, action))
         with self._own_random():
             self._state, _, _ = self._engine.step(action)
         self._won = bool(self._state["won"])
@@ -178,6 +188,9 @@ class ALFWorldEnv(AgentEnv):
     def anchor(self) -> str:
         if self.anchor_mode == "state" and self._state is not None:
             return describe_state(self._state["facts"], self._initial_placements)
+        if self.anchor_mode == "history":
+            recent = self._path[-self.anchor_history:]
+            return "\n".join([f"{obs}\n> {act}" for obs, act in recent] + [self._observation])
         return self._observation
 
     def expert_action(self) -> Optional[str]:
