@@ -50,13 +50,20 @@ def trainer_logprobs(model: torch.nn.Module, prompt: list[int], tokens: list[int
 
 
 class SyncVerifier:
-    """Checks a generator against the trainer model; build it before the first sync."""
+    """Checks a generator against the trainer model; build it before the first sync.
 
-    def __init__(self, generator: Generator, vocab_size: int, atol: float, mean_atol: Optional[float] = None) -> None:
+    `forwards`: under ZeRO-3 with several ranks the trainer model's forward is collective (each layer's
+    weights are gathered from every rank), so every rank must run the same number of probe forwards: a rank
+    scoring fewer replicas than `forwards` runs the rest on the probe alone (see `ProbeFollower`).
+    """
+
+    def __init__(self, generator: Generator, vocab_size: int, atol: float, mean_atol: Optional[float] = None,
+                 forwards: Optional[int] = None) -> None:
         self.generator = generator
         self.atol = atol
         self.mean_atol = atol if mean_atol is None else mean_atol
         self.probe = probe_prompt(vocab_size)
+        self.forwards = forwards
         self._continue_probe()  # puts the probe's KV in the prefix cache, so a skipped reset shows
 
     def _continue_probe(self):
@@ -75,7 +82,9 @@ class SyncVerifier:
     def check(self, model: torch.nn.Module) -> float:
         """Largest |generator - trainer| log-prob over the probe continuation; raises beyond the bounds."""
         largest = 0.0
-        for replica, (completion, got, ref) in enumerate(self.gaps(model)):
+        scored = self.gaps(model)
+        follow_forwards(model, self.probe, (self.forwards or len(scored)) - len(scored))  # before any raise
+        for replica, (completion, got, ref) in enumerate(scored):
             gap = (got - ref).abs()
             worst = int(gap.argmax())
             if gap[worst] > self.atol or gap.mean() > self.mean_atol:
@@ -89,6 +98,25 @@ class SyncVerifier:
                     "rollout.verify_sync stops training here; rollout.verify_sync=false trains without the check")
             largest = max(largest, float(gap[worst]))
         return largest
+
+
+class ProbeFollower:
+    """A rank without a generator under ZeRO-3: it runs the probe forwards the checking ranks run, so their
+    collective weight gathers complete; it checks nothing itself."""
+
+    def __init__(self, vocab_size: int, forwards: int) -> None:
+        self.probe = probe_prompt(vocab_size)
+        self.forwards = forwards
+
+    def check(self, model: torch.nn.Module) -> None:
+        follow_forwards(model, self.probe, self.forwards)
+        return None
+
+
+def follow_forwards(model: torch.nn.Module, probe: list[int], count: int) -> None:
+    """`count` forwards of `model` on the probe (ZeRO-3: each one gathers every layer with the other ranks)."""
+    for _ in range(max(0, count)):
+        trainer_logprobs(model, probe[:-1], probe[-1:])
 
 
 def default_tolerance(dtype: str) -> tuple[float, float]:
@@ -110,6 +138,6 @@ def sync_weights(generator: Optional[Generator], model: torch.nn.Module, version
     if generator is None:
         for _ in tensors:
             pass
-        return None
+        return verifier.check(model) if verifier is not None else None  # a ProbeFollower: its forwards
     generator.update_weights(tensors, version)
     return verifier.check(model) if verifier is not None else None

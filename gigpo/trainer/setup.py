@@ -54,16 +54,20 @@ def sampling(config: Config, evaluation: bool, seed: Optional[int]):
 
 
 def build_verifier(config: Config, generator, vocab_size: int, world_size: int):
-    """The probe that checks every sync (rollout.verify_sync); needs the full model on rank 0."""
-    from gigpo.rollout.verify import SyncVerifier, default_tolerance
+    """The probe that checks every sync (rollout.verify_sync) on each rank that generates. Under ZeRO-3 with
+    several ranks the probe's trainer forward is collective: every rank runs as many as the rank scoring the
+    most replicas, and a rank without a generator runs them without checking (a ProbeFollower)."""
+    from gigpo.rollout.verify import ProbeFollower, SyncVerifier, default_tolerance
+    from gigpo.trainer.distributed import all_reduce_floats
 
-    if not config.rollout.verify_sync or generator is None:
+    if not config.rollout.verify_sync:
         return None
-    if config.trainer.zero_stage == 3 and world_size > 1:
-        print("gigpo: rollout.verify_sync is skipped under ZeRO-3 with several ranks (the probe forward would "
-              "need every rank)", flush=True)
-        return None
-    return SyncVerifier(generator, vocab_size, *default_tolerance(config.model.dtype))
+    collective = config.trainer.zero_stage == 3 and world_size > 1
+    replicas = generator.num_replicas if generator is not None else 0
+    forwards = int(all_reduce_floats([replicas], op="max")[0]) if collective else None
+    if generator is None:
+        return ProbeFollower(vocab_size, forwards) if collective and forwards else None
+    return SyncVerifier(generator, vocab_size, *default_tolerance(config.model.dtype), forwards=forwards)
 
 
 def push_weights(actor, generator, version: int, verifier=None) -> dict[str, float]:

@@ -13,6 +13,21 @@ from gigpo.trainer.distributed import relaunch_command, relaunch_if_needed
 from support.tolerance import metric_rel, relative_update_gap, samples_close
 
 WORKER = Path(__file__).parent / "two_rank_worker.py"
+PROBE_WORKER = Path(__file__).parent / "probe_follower_worker.py"
+
+
+def test_zero3_sync_check_with_a_generator_on_rank_0_alone(tiny_model_dir, tmp_path):
+    """ZeRO-3 on 2 ranks, the generator on rank 0 only (the server layout): rank 1 runs the probe's collective
+    forwards, so rank 0's check completes, passes a good sync and stops a bad one."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    env.pop("WORLD_SIZE", None)
+    cmd = relaunch_command([str(tiny_model_dir), str(tmp_path)], nprocs=2, script=str(PROBE_WORKER))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert 0.0 <= result["good"] <= 2e-3  # fp32: the generator scores the probe as the trainer does
+    assert "weight sync to version 2 failed verification" in result["error"]
 
 
 def test_two_ranks_each_holding_its_share_update_as_one_rank_holding_all(tiny_model_dir, tmp_path):

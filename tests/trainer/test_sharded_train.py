@@ -110,3 +110,14 @@ def test_step_data_stays_on_the_rank_that_played_it_in_async_dynamic_sampling_ru
         assert len(seen) > 10  # the spy watched the run's collectives
         crossing = [s for s in seen if s["step_data"]]
         assert not crossing, f"rank {rank} sent step data to other ranks: {crossing[:3]}"
+
+
+def test_the_sync_check_runs_on_every_rank_under_zero3(tmp_path):
+    """ZeRO-3 on 2 ranks: the probe's trainer forward gathers each layer from both ranks, so both must run it;
+    each rank checks its own generator after every sync instead of the check being skipped."""
+    run = tmp_path / "zero3"
+    proc = train(run, *COMMON, *BACKENDS["hf"], "trainer.nprocs=2", "trainer.zero_stage=3", "rollout.verify_sync=true")
+    assert "skipped" not in proc.stdout
+    rows = metrics_of(run)
+    gaps = [r["rollout/sync_gap_max"] for r in rows if "rollout/sync_gap_max" in r]
+    assert len(gaps) == 1 and 0.0 <= gaps[0] <= 2e-3, rows  # fp32: the generator holds the updated weights
