@@ -90,7 +90,7 @@ def main() -> None:
 
             supervised_warmup(model_path, Path(tmp) / f"{name}-out", pairs, max(checkpoints), t.sft_lr, t.sft_batch_size,
                               seed, progress=False, dtype=config.model.dtype, after_step=score,
-                              action_share=t.sft_action_share)
+                              action_share=t.sft_action_share, micro_tokens=t.sft_micro_tokens)
             generator.close()
         if eval_pool is not pool:
             eval_pool.close()
