@@ -78,7 +78,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, build_pool(config) as pool:
         eval_pool = build_pool(config, evaluation=True) if e.eval_kwargs else pool
         seed = warmup_seed(t)  # the recipe's own demonstrations, as warm_up() makes them
+        started = time.perf_counter()
         demos = collect_demonstrations(pool, demo_seeds(e, seed, t.sft_rooms), explore=1.0 - t.sft_expert_share, seed=seed)
+        print(f"{len(demos)} demonstrations from {t.sft_rooms} episodes in {time.perf_counter() - started:.0f} s "
+              f"(load {os.getloadavg()[0]:.1f})", flush=True)
         for name, changes, preset in variants:
             model_path = variant_model(bases[preset], changes, Path(tmp) / name)
             generator = HFGenerator(model_path, dtype="fp32")
@@ -92,7 +95,8 @@ def main() -> None:
                 generator.update_weights(((k, v.detach()) for k, v in model.state_dict().items()), version=step)
                 success = evaluate(config, eval_pool, generator, prompt_fn)["eval/success"]
                 rows.append((name, step, success))
-                print(f"{name}: step {step} greedy success {success:.1%} ({args.episodes} held-out tasks, "
+                stderr = (success * (1 - success) / args.episodes) ** 0.5
+                print(f"{name}: step {step} greedy success {success:.1%} +- {stderr:.1%} ({args.episodes} held-out tasks, "
                       f"{time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.1f})", flush=True)
 
             supervised_warmup(model_path, Path(tmp) / f"{name}-out", pairs, max(checkpoints), t.sft_lr, t.sft_batch_size,
