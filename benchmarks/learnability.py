@@ -93,11 +93,13 @@ def main() -> None:
                 if step not in checkpoints:
                     return
                 generator.update_weights(((k, v.detach()) for k, v in model.state_dict().items()), version=step)
-                success = evaluate(config, eval_pool, generator, prompt_fn)["eval/success"]
+                metrics = evaluate(config, eval_pool, generator, prompt_fn)
+                success = metrics["eval/success"]
                 rows.append((name, step, success))
                 stderr = (success * (1 - success) / args.episodes) ** 0.5
                 print(f"{name}: step {step} greedy success {success:.1%} +- {stderr:.1%} ({args.episodes} held-out tasks, "
-                      f"{time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.1f})", flush=True)
+                      f"{time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.1f}; invalid actions "
+                      f"{metrics['eval/invalid_action_rate']:.1%}, episode length {metrics['eval/episode_length']:.1f})", flush=True)
 
             supervised_warmup(model_path, Path(tmp) / f"{name}-out", pairs, max(checkpoints), t.sft_lr, t.sft_batch_size,
                               seed, progress=False, dtype=config.model.dtype, after_step=score,
