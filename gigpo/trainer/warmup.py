@@ -35,11 +35,14 @@ def response_ids(tokenizer, action: str) -> list[int]:
 def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int], list[int]]], steps: int,
                       lr: float, batch_size: int, seed: int, progress: bool = True, dtype: str = "fp32",
                       after_step: Optional[Callable[[int, Any], None]] = None,
-                      action_share: Optional[float] = None) -> Path:
+                      action_share: Optional[float] = None, micro_tokens: Optional[int] = None) -> Path:
     """Train on `pairs` (cross-entropy on response tokens) for `steps` AdamW steps; save to out_dir/hf.
 
     `action_share` (trainer.sft_action_share): the share of each answer's loss on the tokens inside its
     <action> tags, the rest spread over the format tokens; None weighs every answer token the same.
+
+    `micro_tokens` (trainer.sft_micro_tokens): a batch whose padded size (rows x longest) exceeds it is
+    split into micro-batches, see `batch_loss_backward`; None never splits.
 
     `after_step(step, model)` runs after each step (1-based), e.g. to evaluate a learning curve; the
     model is back in training mode when it returns.
@@ -68,20 +71,11 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
     report_every, start = max(1, steps // 10), time.monotonic()
     for step in bar.iterate(range(steps)):
         batch = [pairs[rng.randrange(len(pairs))] for _ in range(batch_size)]
-        ids, labels, attention = answer_batch(batch, pad)
-        width = ids.shape[1]
+        optimizer.zero_grad()
         with bf16_matmuls(dtype):
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
-                if weights_of is None:
-                    loss = model(input_ids=ids.to(device), attention_mask=attention.to(device),
-                                 labels=labels.to(device)).loss
-                else:
-                    logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits
-                    loss = weighted_answer_loss(logits, labels.to(device), weights_of.rows(batch, width).to(device))
-            if not torch.isfinite(loss):
-                raise RuntimeError(f"supervised warm-up loss became {loss.item()}; lower trainer.sft_lr={lr}")
-            optimizer.zero_grad()
-            loss.backward()
+            loss = batch_loss_backward(model, batch, pad, weights_of, micro_tokens, device, bf16=dtype == "bf16")
+        if not torch.isfinite(loss):
+            raise RuntimeError(f"supervised warm-up loss became {loss.item()}; lower trainer.sft_lr={lr}")
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         bar.set_postfix(loss=f"{loss.item():.3f}")
@@ -97,6 +91,78 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
     tokenizer.save_pretrained(staging)
     staging.rename(target)
     return target
+
+
+def batch_loss_backward(model, batch: Sequence[tuple[list[int], list[int]]], pad: int,
+                        weights_of: Optional["AnswerWeights"], micro_tokens: Optional[int], device,
+                        bf16: bool = False) -> torch.Tensor:
+    """The batch's loss, with its gradient accumulated into the model; returns the loss (detached).
+    Forwards run under bf16 autocast when `bf16`, backwards outside it.
+
+    A batch that fits `micro_tokens` (rows x longest row) runs as one right-padded forward through the
+    model's own loss, as before. A larger one (ALFWorld: 128 prompts of 300-1000 tokens) would pad every row
+    to the longest and run attention and the LM head over all of it: there the rows are sorted by length
+    and cut into micro-batches that fit the budget, each padded to its own longest row, and only the
+    positions that predict answer tokens go through the LM head. Each micro-batch's loss is its share of
+    the batch's loss (the same normaliser), so the gradient equals the one-forward gradient up to float
+    summation order.
+    """
+    width = max(len(p) + len(r) for p, r in batch)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+    if micro_tokens is None or len(batch) * width <= micro_tokens:
+        ids, labels, attention = answer_batch(batch, pad)
+        with autocast:
+            if weights_of is None:
+                loss = model(input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels.to(device)).loss
+            else:
+                logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits
+                loss = weighted_answer_loss(logits, labels.to(device), weights_of.rows(batch, width).to(device))
+        if torch.isfinite(loss):
+            loss.backward()
+        return loss.detach()
+    # the model's loss is a mean over answer tokens; the weighted loss sums weights and divides by rows
+    normaliser = float(len(batch)) if weights_of is not None else float(sum(len(r) for _, r in batch))
+    total = torch.zeros((), device=device)
+    for rows in micro_batches([len(p) + len(r) for p, r in batch], micro_tokens):
+        with autocast:
+            loss = answer_positions_loss(model, [batch[i] for i in rows], pad, weights_of, device) / normaliser
+        if not torch.isfinite(loss):
+            return loss.detach()
+        loss.backward()
+        total += loss.detach()
+    return total
+
+
+def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Row indices sorted by length, cut into runs whose rows x longest row fit `budget` (at least one row each)."""
+    runs: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda k: lengths[k]):
+        if runs and (len(runs[-1]) + 1) * lengths[i] <= budget:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def answer_positions_loss(model, batch: Sequence[tuple[list[int], list[int]]], pad: int,
+                          weights_of: Optional["AnswerWeights"], device) -> torch.Tensor:
+    """Summed (weighted) cross-entropy of the answers, with the LM head run only where an answer token is predicted.
+
+    Rows are right-padded and attention is causal, so no real token can see a pad: no attention mask is
+    passed, which lets SDPA take its causal path instead of a dense mask.
+    """
+    ids, _, _ = answer_batch(batch, pad)
+    rows, positions, targets, weights = [], [], [], []
+    for row, (prompt, response) in enumerate(batch):
+        rows += [row] * len(response)
+        positions += range(len(prompt) - 1, len(prompt) + len(response) - 1)  # position t predicts token t + 1
+        targets += response
+        weights += weights_of.answer(response) if weights_of is not None else [1.0] * len(response)
+    hidden = model.get_decoder()(input_ids=ids.to(device)).last_hidden_state
+    picked = hidden[torch.tensor(rows, device=device), torch.tensor(positions, device=device)]
+    logits = model.get_output_embeddings()(picked).float()
+    token_ce = torch.nn.functional.cross_entropy(logits, torch.tensor(targets, device=device), reduction="none")
+    return (token_ce * torch.tensor(weights, device=device)).sum()
 
 
 def answer_batch(batch: Sequence[tuple[list[int], list[int]]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

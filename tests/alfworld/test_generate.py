@@ -79,7 +79,8 @@ def test_data_sources(alfworld_data: Path, sample_data: Path, tmp_path: Path, mo
     (tmp_path / "json_2.1.1").mkdir()
     (tmp_path / "json_2.1.1" / "train").symlink_to(alfworld_data / "train")
     assert len(find_tasks(str(tmp_path), "train")) == len(TASK_TYPES)
-    with pytest.raises(FileNotFoundError, match="valid_unseen"):
+    # a missing split says how to make it
+    with pytest.raises(FileNotFoundError, match=r"valid_unseen.*`gigpo envs alfworld-generate --out \S+ --split valid_unseen"):
         find_tasks(str(tmp_path), "valid_unseen")
     # A folder of task folders is one split; $ALFWORLD_DATA is the default root.
     monkeypatch.setenv("ALFWORLD_DATA", str(sample_data / "valid_unseen"))

@@ -11,8 +11,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from gigpo.envs.demos import collect_demonstrations
 from gigpo.envs.pool import EnvPool
 from gigpo.envs.prompt import PromptBuilder
-from gigpo.trainer.warmup import (AnswerWeights, cached_warmup, response_ids, supervised_warmup, warmup_cache_key,
-                                  weighted_answer_loss)
+from gigpo.trainer.warmup import (AnswerWeights, batch_loss_backward, cached_warmup, micro_batches, response_ids,
+                                  supervised_warmup, warmup_cache_key, weighted_answer_loss)
 
 
 def _mean_logprob(model_dir: Path, pairs: list[tuple[list[int], list[int]]]) -> float:
@@ -122,3 +122,32 @@ def test_a_warmup_widened_on_an_avx2_cpu_is_not_reused_where_bf16_is_native(monk
         monkeypatch.setattr(cpu_bf16, "_widen_here", lambda d, w=widened: w and d == "bf16")
         keys.append(warmup_cache_key(warmup_settings(config, "smollm2", seed=0)))
     assert (keys[0] != keys[1]) == keys_differ
+
+
+def test_micro_batches_cut_sorted_rows_to_the_budget():
+    lengths = [300, 20, 500, 40, 280, 30]
+    runs = micro_batches(lengths, budget=600)
+    assert runs == [[1, 5, 3], [4, 0], [2]]  # 3 x 40, 2 x 300, 1 x 500: each run's rows x longest <= 600
+    assert micro_batches([900, 10], budget=600) == [[1], [0]]  # a row over the budget runs alone
+
+
+@pytest.mark.parametrize("action_share", [None, 0.5])
+def test_micro_batched_step_has_the_one_forward_gradient(tiny_model_dir, action_share):
+    """Long prompts (ALFWorld) run as sorted micro-batches with the head on answer positions only: same loss
+    and gradient as the whole batch in one padded forward, up to float summation order."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(0)
+    actions = ["go to drawer 1", "open fridge 1", "look", "take apple 2 from countertop 1"]
+    batch = [(torch.randint(3, 1000, (int(n),), generator=generator).tolist(), response_ids(tokenizer, actions[k % 4]))
+             for k, n in enumerate(torch.randint(20, 300, (12,), generator=generator))]
+    weights_of = AnswerWeights(tokenizer, action_share) if action_share is not None else None
+    results = []
+    for budget in (None, 700):  # None: one forward, as before; 700: several micro-batches
+        model.zero_grad()
+        loss = batch_loss_backward(model, batch, tokenizer.pad_token_id, weights_of, budget, torch.device("cpu"))
+        results.append((loss, torch.cat([p.grad.flatten() for p in model.parameters()])))
+    assert len(micro_batches([len(p) + len(r) for p, r in batch], 700)) > 3
+    (loss_one, grad_one), (loss_micro, grad_micro) = results
+    assert torch.isclose(loss_one, loss_micro, rtol=1e-5), (loss_one, loss_micro)
+    assert torch.allclose(grad_one, grad_micro, rtol=1e-4, atol=1e-6), (grad_one - grad_micro).abs().max()

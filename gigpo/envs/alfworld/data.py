@@ -34,7 +34,8 @@ def resolve_split_dir(data_path: Optional[str], split: str) -> Path:
         return root
     raise FileNotFoundError(
         f"data_path={str(root)!r} holds no ALFWorld tasks for split {split!r}: expected "
-        f"{root}/json_2.1.1/{split}, {root}/{split}, or task folders under {root}"
+        f"{root}/json_2.1.1/{split}, {root}/{split}, or task folders under {root}; make them with "
+        f"`gigpo envs alfworld-generate --out {root} --split {split} --n N --seed 0` (docs/alfworld.md)"
     )
 
 
