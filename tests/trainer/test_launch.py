@@ -16,16 +16,21 @@ WORKER = Path(__file__).parent / "two_rank_worker.py"
 PROBE_WORKER = Path(__file__).parent / "probe_follower_worker.py"
 
 
-def test_zero3_sync_check_with_a_generator_on_rank_0_alone(tiny_model_dir, tmp_path):
-    """ZeRO-3 on 2 ranks, the generator on rank 0 only (the server layout): rank 1 runs the probe's collective
-    forwards, so rank 0's check completes, passes a good sync and stops a bad one."""
+def launch_two_ranks(worker: Path, model_dir: Path, out_dir: Path) -> dict:
+    """Run `worker` on 2 ranks through DeepSpeed's launcher (one thread each); rank 0's result.json."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
     env.pop("WORLD_SIZE", None)
-    cmd = relaunch_command([str(tiny_model_dir), str(tmp_path)], nprocs=2, script=str(PROBE_WORKER))
+    cmd = relaunch_command([str(model_dir), str(out_dir)], nprocs=2, script=str(worker))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads((tmp_path / "result.json").read_text())
+    return json.loads((out_dir / "result.json").read_text())
+
+
+def test_zero3_sync_check_with_a_generator_on_rank_0_alone(tiny_model_dir, tmp_path):
+    """ZeRO-3 on 2 ranks, the generator on rank 0 only (the server layout): rank 1 runs the probe's collective
+    forwards, so rank 0's check completes, passes a good sync and stops a bad one."""
+    result = launch_two_ranks(PROBE_WORKER, tiny_model_dir, tmp_path)
     assert 0.0 <= result["good"] <= 2e-3  # fp32: the generator scores the probe as the trainer does
     assert "weight sync to version 2 failed verification" in result["error"]
 
@@ -37,13 +42,7 @@ def test_two_ranks_each_holding_its_share_update_as_one_rank_holding_all(tiny_mo
     import two_rank_worker as worker  # same settings and batch, run here on one rank
     from test_engines import UPDATE_GAP
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
-    env.pop("WORLD_SIZE", None)
-    cmd = relaunch_command([str(tiny_model_dir), str(tmp_path)], nprocs=2, script=str(WORKER))
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = launch_two_ranks(WORKER, tiny_model_dir, tmp_path)
     assert result["world_size"] == 2
     assert len(set(result["weight_digests"])) == 1, "ranks disagree on the weights after the update"
     assert result["rng_files"] == ["rank0.pt", "rank1.pt"]
