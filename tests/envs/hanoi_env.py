@@ -5,6 +5,7 @@ policy down. Importable as `hanoi_env:tests/Hanoi-v0` with this folder on PYTHON
 """
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from functools import lru_cache
 from typing import Any, Optional
@@ -13,9 +14,9 @@ from gigpo.envs import AgentEnv, register_env
 
 PEGS = "ABC"
 DISKS = 3
-TOWERS = ((0, 0, 0), (1, 1, 1))  # all disks on A, or all on B; the goal is all on C
-ALL = tuple(s for s in __import__("itertools").product(range(3), repeat=DISKS) if s != (2, 2, 2))
 GOAL = (2, 2, 2)
+TOWERS = ((0, 0, 0), (1, 1, 1))  # all disks on A, or all on B; the goal is all on C
+ALL = tuple(s for s in itertools.product(range(len(PEGS)), repeat=DISKS) if s != GOAL)  # any start but the goal
 MOVES = [f"{a} to {b}" for a in PEGS for b in PEGS if a != b]
 
 
