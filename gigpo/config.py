@@ -104,12 +104,13 @@ class RolloutConfig(Section):
     bound stops training (gigpo/rollout/verify.py). auto: on with the vllm backends in rollout.mode=sync (a
     reloaded engine, CUDA graphs included, is checked), off with hf (the generator loads the actor's own
     tensors) and in async mode (the actor trains on while the generator loads). Resolved to true/false on load."""
-    weight_sync: Literal["shm", "nccl", "inprocess"] = "shm"
+    weight_sync: Literal["auto", "shm", "nccl", "inprocess"] = "auto"
     """How weights reach vLLM: a safetensors file in /dev/shm (one machine), a broadcast from the trainer
     into the engine's workers (NCCL to other GPUs or hosts, gloo on CPUs or a shared GPU), or inprocess
     (backend vllm only: the engine core runs in the trainer's process and loads the gathered tensors by
-    reference, on their device; not the default because it moves vLLM's thread binding and seeding into
-    the trainer's process; docs/generation.md)."""
+    reference, on their device). auto, resolved on load: inprocess for backend vllm on several ranks (each
+    rank's engine already runs in its process there, vLLM's external launcher), else shm (one rank keeps
+    vLLM's thread binding and seeding out of the trainer's process; docs/generation.md)."""
     server_urls: list[str] = Field(default_factory=list)
     """vllm-server: connect to these servers instead of starting our own."""
     num_servers: int = Field(1, ge=1)
@@ -171,6 +172,14 @@ class RolloutConfig(Section):
             raise ValueError(f"rollout.max_staleness={k} must be at least 1: it counts the policy versions a sample "
                              "may lag the trainer in rollout.mode=async (1: the next rollout overlaps this update)")
         return k
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_weight_sync(cls, data: Any) -> Any:
+        """auto alone (no trainer section to say how many ranks): shm. `Config` resolves it first."""
+        if isinstance(data, dict) and data.get("weight_sync", "auto") == "auto":
+            data = {**data, "weight_sync": "shm"}
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -427,6 +436,21 @@ class Config(Section):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_weight_sync(cls, data: Any) -> Any:
+        """rollout.weight_sync=auto: inprocess where every rank runs its own vLLM engine in process (backend vllm,
+        trainer.nprocs > 1), so weights go from the gathered tensors into the engine on the device."""
+        if not isinstance(data, dict):
+            return data
+        rollout, trainer = data.get("rollout") or {}, data.get("trainer") or {}
+        if not isinstance(rollout, dict) or not isinstance(trainer, dict) or rollout.get("weight_sync", "auto") != "auto":
+            return data
+        several = isinstance(trainer.get("nprocs", 1), int) and trainer.get("nprocs", 1) > 1
+        if rollout.get("backend", RolloutConfig.model_fields["backend"].default) == "vllm" and several:
+            data = {**data, "rollout": {**rollout, "weight_sync": "inprocess"}}
+        return data
+
     @model_validator(mode="after")
     def _model_source(self) -> "Config":
         if not self.model.path and not self.model.init:
@@ -440,6 +464,11 @@ class Config(Section):
             raise ValueError(f"rollout.tensor_parallel_size={tp} must divide trainer.nprocs={ranks}: each engine spans "
                              f"{tp} ranks and rollout data parallelism is nprocs / tensor_parallel_size; set "
                              f"trainer.nprocs to a multiple of {tp} or rollout.tensor_parallel_size to a divisor of {ranks}")
+        if self.rollout.backend == "vllm" and ranks > 1 and self.rollout.weight_sync == "nccl":
+            raise ValueError(f"rollout.weight_sync=nccl with rollout.backend=vllm and trainer.nprocs={ranks}: on several "
+                             "ranks each rank's engine runs in the rank's own process (vLLM's external launcher), so there is "
+                             "no engine process to broadcast to; use rollout.weight_sync=inprocess (on the device) or "
+                             "shm, or rollout.backend=vllm-server for engines on other GPUs")
         if self.trainer.offload_reference and self.trainer.zero_stage == 3:
             raise ValueError("trainer.offload_reference=true needs trainer.zero_stage 0-2: under ZeRO-3 the reference "
                              "is partitioned (1/nprocs per rank); set trainer.offload_reference=false")

@@ -45,7 +45,8 @@ def build_engine(model_path: str, engine: EngineSettings) -> Any:
         kwargs["max_model_len"] = max_model_len
     if max_lora_rank is not None:  # adapter-only syncs (load_adapter): one adapter at a time, the newest
         kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=1)
-    kwargs.update(parallel_kwargs(engine.tensor_parallel_size))
+    parallel = parallel_kwargs(engine.tensor_parallel_size)
+    kwargs.update(parallel)
     if engine.sleep_level and not _on_cpu():  # vLLM's sleep mode is CUDA's (its allocator can unmap pages)
         kwargs["enable_sleep_mode"] = True
     if _on_cpu():
@@ -56,7 +57,7 @@ def build_engine(model_path: str, engine: EngineSettings) -> Any:
 
             max_model_len = AutoConfig.from_pretrained(model_path).max_position_embeddings
         kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 4096))
-    if engine.weight_sync != "inprocess":
+    if engine.weight_sync != "inprocess" and not parallel:  # the external launcher runs the core in process too
         return LLM(**kwargs)
     with engine_core_in_process():
         return LLM(**kwargs)
@@ -92,20 +93,21 @@ class engine_core_in_process:
 
 
 def parallel_kwargs(tensor_parallel_size: int, world_size: Optional[int] = None) -> dict[str, Any]:
-    """vLLM's arguments for an engine shared by `tensor_parallel_size` of the trainer's ranks (none for one).
+    """vLLM's arguments for this rank's engine when the trainer runs on several ranks (none for one rank).
 
-    vLLM's external launcher runs one shard of the engine in each rank's own process, over the ranks'
-    existing torch.distributed world: consecutive ranks form one engine, and the world holds
-    world_size / tensor_parallel_size engines (vLLM's data parallelism). Every rank of one engine must
-    send it the same prompts with the same seeds. Needs several GPUs: not run yet (docs/gpu.md)."""
-    if tensor_parallel_size == 1:
-        return {}
+    vLLM's external launcher runs the engine in this process over the ranks' existing torch.distributed world,
+    on this rank's device (cuda:LOCAL_RANK on GPUs), with no engine process of its own. vLLM lays the world out
+    as independent engines of `tensor_parallel_size` consecutive ranks each (what it calls external data
+    parallelism): with 1, every rank its own engine, generating whatever it is sent. Engines spanning several
+    ranks (> 1) need every rank of one engine to send the same prompts, which the trainer does not do yet
+    (`check_tensor_parallel`)."""
     world = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
+    if world <= 1 and tensor_parallel_size == 1:
+        return {}
     if world % tensor_parallel_size:
         raise ValueError(f"rollout.tensor_parallel_size={tensor_parallel_size} must divide the {world} ranks of this "
                          "launch (WORLD_SIZE): set trainer.nprocs to a multiple of it")
-    return dict(tensor_parallel_size=tensor_parallel_size, data_parallel_size=world // tensor_parallel_size,
-                distributed_executor_backend="external_launcher")
+    return dict(tensor_parallel_size=tensor_parallel_size, distributed_executor_backend="external_launcher")
 
 
 def _on_cpu() -> bool:
@@ -134,6 +136,8 @@ class VLLMGenerator(Generator):
         """Held around every engine call: `generate`, syncs, and the request stream's thread."""
         self._stream = RequestStream(self.llm, self.lock)
         self._nccl_sender: Any = None
+        self.executor = str(self.llm.llm_engine.vllm_config.parallel_config.distributed_executor_backend)
+        """vLLM's executor: external_launcher when the trainer runs on several ranks (this rank's engine, in process)."""
         self.can_sleep = bool(self.llm.llm_engine.vllm_config.model_config.enable_sleep_mode)
         """Built with vLLM's sleep mode (CUDA, sleep_level > 0): `sleep` and `wake_up` free and restore its memory."""
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()

@@ -151,11 +151,10 @@ def set_up(config: Config, resume: bool = False) -> Run:
     check_token_budget(config.rollout.max_prompt_tokens, config.rollout.max_new_tokens, t.micro_token_budget)
     rank = init_distributed()
     main = rank.is_main
-    share = playing_ranks(config.rollout.backend, rank.rank, rank.world_size, torch.cuda.is_available())
+    share = playing_ranks(config.rollout.backend, rank.rank, rank.world_size, config.rollout.tensor_parallel_size)
     if main and rank.world_size > 1 and share.ranks == 1:
-        print(f"gigpo: rank 0 alone plays the rollouts ({config.rollout.backend}"
-              f"{' on GPUs: one vLLM engine per device is not built yet' if config.rollout.backend == 'vllm' else ''}); "
-              "the other ranks join the update", flush=True)
+        print(f"gigpo: rank 0 alone plays the rollouts ({config.rollout.backend}); the other ranks join the update",
+              flush=True)
     if main and (notice := cpu_bf16_notice(config.model.dtype, torch.cuda.is_available(), cpu_has_fast_bf16(),
                                            config.rollout.backend)):
         print(f"gigpo: {notice}", flush=True)
@@ -201,7 +200,9 @@ def set_up(config: Config, resume: bool = False) -> Run:
     run.generator = build_generator(config, model_path) if share else None
     if share and share.ranks > 1:
         print(f"gigpo: rank {rank.rank} plays share {share.rank + 1} of {share.ranks} of every rollout and evaluation "
-              f"with its own {config.rollout.backend} generator and env pool", flush=True)
+              f"with its own {config.rollout.backend} generator"
+              f"{f' (vLLM executor {run.generator.executor})' if hasattr(run.generator, 'executor') else ''} and env pool",
+              flush=True)
     run.from_generator = rollout_correction.old_logprobs_from_generator(config)
     if config.rollout.server_urls:
         # an external server holds what it was started with, or what an earlier run left in it (another

@@ -6,8 +6,8 @@ summaries always, the advantages' numbers for the diagnostics, step records only
 Group and trajectory ids are global (`rollout(group_offset=share.start)`), so a share's rows carry the
 ids they would have in the whole batch, and the advantage, which is group-local for every estimator
 (GiGPO, GRPO, RLOO; PPO's is per trajectory), does not depend on how the groups were split.
-Where ranks cannot each hold a generator (a remote server; vLLM on several GPUs, not yet placed one per
-device) rank 0 plays every group, as before (`playing_ranks`).
+Where ranks cannot each hold a generator (a remote server) rank 0 plays every group, as before
+(`playing_ranks`).
 """
 from __future__ import annotations
 
@@ -46,12 +46,19 @@ class Share:
         return range(start, start + base + (self.rank < extra))
 
 
-def playing_ranks(backend: str, rank: int, world_size: int, cuda: bool = False) -> Optional[Share]:
+def playing_ranks(backend: str, rank: int, world_size: int, tensor_parallel_size: int = 1) -> Optional[Share]:
     """This rank's place among the ranks that play, or None if it plays nothing. The hf backend plays on
-    every rank, each on its own device (cuda:LOCAL_RANK); so does in-process vLLM on CPU. On GPUs nothing
-    yet places one vLLM engine per device (every rank's would start on the first visible GPU), so there
-    rank 0 alone plays, as a remote server (vllm-server) is fed by rank 0 alone, which pushes its weights."""
-    if backend == "hf" or (backend == "vllm" and not (cuda and world_size > 1)):
+    every rank, each on its own device (cuda:LOCAL_RANK), and so does in-process vLLM: on several ranks each
+    builds its engine through vLLM's external launcher, which puts it on the rank's own device
+    (`vllm_backend.parallel_kwargs`). A remote server (vllm-server) is fed by rank 0 alone, which pushes its
+    weights. Engines spanning several ranks (tensor parallelism) would need every rank of one engine to play
+    the same prompts in step; that is not built, so it is refused here, before any engine starts."""
+    if backend == "vllm" and tensor_parallel_size > 1:
+        raise ValueError(f"rollout.tensor_parallel_size={tensor_parallel_size}: engines spanning several ranks are not "
+                         "built yet (every rank of one engine must play the same prompts in step; gigpo plays a "
+                         "different share on each rank). Use rollout.tensor_parallel_size=1: one engine per rank, on "
+                         "its own device; docs/gpu.md")
+    if backend in ("hf", "vllm"):
         return Share(rank, world_size)
     return Share(0, 1) if rank == 0 else None
 

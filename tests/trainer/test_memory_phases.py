@@ -65,9 +65,12 @@ def test_tensor_parallel_size_must_divide_the_ranks():
         load_config("recipes/alfworld_7b.yaml", ["rollout.tensor_parallel_size=2", "rollout.turns=async"])
     with pytest.raises(RecipeError, match=r"tensor_parallel_size=2 .*rollout.backend=hf"):
         load_config("recipes/alfworld_7b.yaml", ["rollout.tensor_parallel_size=2", "rollout.backend=hf"])
-    assert parallel_kwargs(1) == {}
-    assert parallel_kwargs(2, world_size=8) == {"tensor_parallel_size": 2, "data_parallel_size": 4,
-                                                "distributed_executor_backend": "external_launcher"}
+    assert parallel_kwargs(1, world_size=1) == {}
+    # several ranks: each builds its engine in process on its own device (vLLM's external launcher); vLLM's own
+    # data parallelism (engines that must generate in lockstep) is never asked for
+    for tp, world in ((1, 2), (1, 8), (2, 8)):
+        assert parallel_kwargs(tp, world_size=world) == {"tensor_parallel_size": tp,
+                                                         "distributed_executor_backend": "external_launcher"}
     with pytest.raises(ValueError, match="must divide the 6 ranks"):
         parallel_kwargs(4, world_size=6)
     with pytest.raises(ValueError, match="gigpo serve"):
@@ -80,3 +83,15 @@ def test_reference_offload_is_refused_under_zero3():
     assert load_config("recipes/alfworld_7b.yaml", ["trainer.offload_reference=true",
                                                      "trainer.zero_stage=2"]).trainer.offload_reference
 
+
+def test_a_broadcast_sync_into_per_rank_engines_is_refused_on_several_ranks():
+    """Each rank's vLLM engine runs in the rank's process when there are several, so weight_sync=nccl would
+    broadcast to no one: the recipe is refused, naming the settings that work."""
+    with pytest.raises(RecipeError, match=r"weight_sync=nccl with rollout.backend=vllm and trainer.nprocs=8.*inprocess"):
+        load_config("recipes/alfworld_7b.yaml", ["rollout.weight_sync=nccl"])
+    assert load_config("recipes/alfworld_7b.yaml", ["rollout.weight_sync=nccl", "trainer.nprocs=1"]).rollout.weight_sync == "nccl"
+    # auto: on several ranks each rank's engine takes the gathered weights on the device; one rank keeps the file
+    assert load_config("recipes/alfworld_7b.yaml").rollout.weight_sync == "inprocess"
+    assert load_config("recipes/alfworld_7b.yaml", ["trainer.nprocs=1"]).rollout.weight_sync == "shm"
+    assert load_config("recipes/alfworld_7b.yaml", ["rollout.backend=hf"]).rollout.weight_sync == "shm"
+    assert load_config("recipes/alfworld_7b.yaml", ["rollout.weight_sync=shm"]).rollout.weight_sync == "shm"

@@ -54,6 +54,9 @@ def test_two_ranks_play_the_groups_rows_and_advantages_of_one_rank(tmp_path, bac
     proc = train(two, *COMMON, *BACKENDS[backend], "trainer.nprocs=2")
     for rank in range(2):  # equality alone would hold if rank 0 still played every group
         assert f"gigpo: rank {rank} plays share {rank + 1} of 2 of every rollout and evaluation" in proc.stdout
+        if backend == "vllm":  # each rank's engine in its own process, as on GPUs (where it lands on cuda:LOCAL_RANK)
+            assert f"gigpo: rank {rank} plays share {rank + 1} of 2 of every rollout and evaluation with its own vllm " \
+                   "generator (vLLM executor external_launcher)" in proc.stdout
     names = sorted(p.name.removesuffix(".jsonl.gz") for p in (one / "records").glob("*.jsonl.gz"))
     assert sorted(p.name.removesuffix(".jsonl.gz") for p in (two / "records").glob("*.jsonl.gz")) == names
     assert len(names) == 3  # evaluation before training, the update's episodes, the final evaluation

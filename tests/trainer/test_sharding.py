@@ -28,11 +28,11 @@ def test_shares_are_contiguous_cover_every_item_once_and_differ_by_at_most_one()
 
 def test_in_process_backends_play_on_every_rank_and_a_server_is_fed_by_rank_0():
     assert playing_ranks("hf", 1, 4) == Share(1, 4) and playing_ranks("vllm", 3, 4) == Share(3, 4)
-    assert playing_ranks("hf", 1, 4, cuda=True) == Share(1, 4)  # each on cuda:LOCAL_RANK
+    assert playing_ranks("vllm", 0, 1) == Share(0, 1)
     assert playing_ranks("vllm-server", 0, 4) == Share(0, 1) and playing_ranks("vllm-server", 2, 4) is None
-    # vLLM engines are not yet placed one per GPU: rank 0 alone, as before, rather than all on the first GPU
-    assert playing_ranks("vllm", 0, 4, cuda=True) == Share(0, 1) and playing_ranks("vllm", 1, 4, cuda=True) is None
-    assert playing_ranks("vllm", 0, 1, cuda=True) == Share(0, 1)
+    # an engine over two ranks would need both to play the same prompts in step: refused before any engine starts
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2: engines spanning several ranks are not built"):
+        playing_ranks("vllm", 0, 4, tensor_parallel_size=2)
 
 
 def bare(record) -> dict:
