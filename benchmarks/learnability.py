@@ -54,6 +54,14 @@ def parse_variant(text: str) -> tuple[str, dict[str, float]]:
     return name, changes
 
 
+def print_invalid(played, count: int) -> None:
+    """A few refused actions of an evaluation, spread over its episodes: what the model wrote and why."""
+    refused = [s for s in played.steps if not s.action_valid]
+    for s in refused[:: max(1, len(refused) // max(1, count))][:count]:
+        print(f"  invalid (episode {s.traj}, step {s.step}{', cut at max_new_tokens' if s.truncated_response else ''}): "
+              f"{s.response!r} -> {s.invalid_reason}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="recipes/sokoban_long.yaml")
@@ -62,6 +70,8 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], help="NAME:key=value,... (config.json fields, dotted for nested ones)")
     parser.add_argument("--presets", default=None, help="comma-separated model.init presets to compare (each with the "
                         "recipe's corpus and seed, on the same demonstrations); default: the recipe's model")
+    parser.add_argument("--examples", type=int, default=3, help="invalid actions to print from each evaluation "
+                        "(the response, why the env refused it), to see what a low score is made of")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     config = load_config(args.recipe, [*args.overrides, "logging.progress=false", f"env.eval_episodes={args.episodes}"])
@@ -93,7 +103,8 @@ def main() -> None:
                 if step not in checkpoints:
                     return
                 generator.update_weights(((k, v.detach()) for k, v in model.state_dict().items()), version=step)
-                metrics = evaluate(config, eval_pool, generator, prompt_fn)
+                metrics = evaluate(config, eval_pool, generator, prompt_fn,
+                                   on_rollout=lambda played: print_invalid(played, args.examples))
                 success = metrics["eval/success"]
                 rows.append((name, step, success))
                 stderr = (success * (1 - success) / args.episodes) ** 0.5
