@@ -98,9 +98,8 @@ def parallel_kwargs(tensor_parallel_size: int, world_size: Optional[int] = None)
     vLLM's external launcher runs the engine in this process over the ranks' existing torch.distributed world,
     on this rank's device (cuda:LOCAL_RANK on GPUs), with no engine process of its own. vLLM lays the world out
     as independent engines of `tensor_parallel_size` consecutive ranks each (what it calls external data
-    parallelism): with 1, every rank its own engine, generating whatever it is sent. Engines spanning several
-    ranks (> 1) need every rank of one engine to send the same prompts, which the trainer does not do yet
-    (`check_tensor_parallel`)."""
+    parallelism): with 1, every rank its own engine, generating whatever it is sent; with more, every rank of
+    one engine must send it the same prompts in step (the trainer's replicas, `sharding.Share`)."""
     world = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
     if world <= 1 and tensor_parallel_size == 1:
         return {}
@@ -217,10 +216,12 @@ class VLLMGenerator(Generator):
     def _load_in_process(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         """Hand the worker an iterator over the trainer's tensors: `collective_rpc` of an in-process engine
         calls the worker directly, so nothing is serialised, written or copied on the way."""
-        if self.llm.llm_engine.vllm_config.parallel_config.world_size != 1 or \
-                not hasattr(self.llm.llm_engine.engine_core, "engine_core"):
+        parallel = self.llm.llm_engine.vllm_config.parallel_config
+        one_worker_here = parallel.world_size == 1 or parallel.distributed_executor_backend == "external_launcher"
+        if not one_worker_here or not hasattr(self.llm.llm_engine.engine_core, "engine_core"):
+            # (under the external launcher this rank's worker holds its shard and takes its part of each tensor)
             raise RuntimeError("weight_sync=inprocess needs the engine core in this process with one worker "
-                               "(built with weight_sync=inprocess and tensor_parallel_size=1)")
+                               "(built with weight_sync=inprocess, or on several ranks through vLLM's external launcher)")
         tensors = engine_tensors(named_tensors, self.tied_lm_head, dtype=self.torch_dtype)
         if self.fault_skip_lm_head:  # fault injection for tests: leaves the engine's packed LM head stale
             tensors = ((n, t) for n, t in tensors if n != "lm_head.weight")

@@ -8,8 +8,9 @@ function. With an in-process generator (hf, vllm) every rank plays its own share
 task groups with its own generator and env pool (sharding.py), computes the advantages of its own groups
 (every estimator is group-local) and trains on its own samples: only gradients, metrics and the scalars
 the loss needs (its denominators) cross ranks. Rank 0 alone keeps the logs, from the ranks' metrics (and,
-for `gigpo view`'s records when one is due, every rank's step records). Where rank 0 alone plays (a remote
-server), it hands each rank a share of its groups to train on. Seeds of iteration i depend only on
+for `gigpo view`'s records when one is due, every rank's step records). Where an engine spans several ranks
+(rollout.tensor_parallel_size), its ranks play the same share in step and each trains on its part of the
+rows. Where rank 0 alone plays (a remote server), it hands each rank a share of its groups to train on. Seeds of iteration i depend only on
 (trainer.seed, i) (gigpo/seeds.py), so a resumed run replays exactly the iterations a crash interrupted.
 What exists before the first iteration is built in setup.py; evaluation is evaluation.py; one
 iteration's steps travel as a StepBatch (step_batch.py).
@@ -184,7 +185,7 @@ def own_share(run: Run, iteration: int, played: Optional[tuple]) -> tuple["StepB
     """This rank's steps of the iteration (none where it plays nothing), every rank's episode summaries,
     the rollout's metrics merged over ranks, and the step count of every rank together. Steps stay where
     they were played; only episode summaries and metrics cross ranks. Where rank 0 alone plays (a remote
-    server; vLLM on several GPUs), it scatters its groups instead, a share to each rank, so that the update
+    server), it scatters its groups instead, a share to each rank, so that the update
     stays spread over the ranks. One rank: its own, unchanged."""
     from gigpo.trainer.distributed import all_gather_objects, all_reduce_floats, scatter_objects
     from gigpo.trainer.sharding import merge_metrics, merge_rollouts, split_groups
@@ -195,11 +196,12 @@ def own_share(run: Run, iteration: int, played: Optional[tuple]) -> tuple["StepB
         rows_total = len(batch)
     else:
         batch = played[0] if played is not None else StepBatch.from_records([], where=f"iteration {iteration}")
-        parts = [p for p in all_gather_objects(None if played is None else played[1:]) if p is not None]
+        mine = None if played is None or not run.share.reports else played[1:]  # a replica's repeat its engine's first
+        parts = [p for p in all_gather_objects(mine) if p is not None]
         episodes = sorted((e for p in parts for e in p[0]), key=lambda e: e.traj)
         metrics = merge_metrics([p[1] for p in parts], merge_rollouts([p[2] for p in parts]))
         rows_total = int(all_reduce_floats([len(batch)])[0])
-        if run.share is None or run.share.ranks < run.world_size:  # rank 0 played every group
+        if run.share is None or run.share.ranks * run.share.replicas < run.world_size:  # rank 0 played every group
             shares = split_groups(batch, run.world_size) if run.main else None
             batch = StepBatch.from_records(scatter_objects(shares), where=f"iteration {iteration}, phase rollout",
                                            mixed_versions=run.config.rollout.group_versions == "mixed")
@@ -223,6 +225,8 @@ def evaluate_shared(run: Run, iteration: int) -> dict[str, float]:
     hook = run.recorder.eval_hook(iteration)
     if run.world_size > 1 and local is not None and hook is None:  # steps travel only for the record
         local = replace(local, steps=[])
+    if local is not None and not run.share.reports:  # a replica of an engine's first rank: the same episodes
+        local = None
     result = local if run.world_size == 1 else merge_rollouts(all_gather_objects(local))
     if run.main and hook is not None:
         hook(result)
@@ -254,6 +258,8 @@ def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list]
                                             placebo=(t.seed, iteration) if a.shuffle_advantages else None,
                                             where=f"iteration {iteration}, phase advantage")
         metrics.update(report_advantages(run, iteration, last, batch, episodes, result))
+    if run.share is not None and run.share.replicas > 1 and len(batch):  # the engine's ranks split its rows
+        batch = batch.select(run.share.own_rows(len(batch)))
     samples = batch.train_samples(run.tokenizer, behaviour_as_old=run.from_generator) if len(batch) else []
 
     # ---- log-probs: old (the generator's where exact, else the actor's before the update) and reference (KL)
@@ -308,7 +314,8 @@ def report_advantages(run: Run, iteration: int, last: bool, batch: "StepBatch", 
     if run.world_size == 1:
         rows, records = batch.rows, batch.records
     else:
-        part = advantage_part(batch, result, with_texts=due or log_rows) if len(batch) else None
+        reports = run.share is None or run.share.reports  # a replica's rows repeat its engine's first rank's
+        part = advantage_part(batch, result, with_texts=due or log_rows) if len(batch) and reports else None
         merged = merge_advantage_parts(all_gather_objects(part), run.config.env.num_groups)
         if merged is None:  # no rank trained a step (cannot happen: learn() runs only when some rank has rows)
             return {}

@@ -198,7 +198,12 @@ def set_up(config: Config, resume: bool = False) -> Run:
 
     # ---- generator (each playing rank its own, on its own device) and logs (rank 0)
     run.generator = build_generator(config, model_path) if share else None
-    if share and share.ranks > 1:
+    if share and share.replicas > 1:
+        print(f"gigpo: rank {rank.rank} plays share {share.rank + 1} of {share.ranks} of every rollout and evaluation "
+              f"as rank {share.replica + 1} of {share.replicas} of one tensor-parallel vLLM engine (vLLM executor "
+              f"{run.generator.executor}) with its own env pool, and trains on every {share.replicas}th of its rows",
+              flush=True)
+    elif share and share.ranks > 1:
         print(f"gigpo: rank {rank.rank} plays share {share.rank + 1} of {share.ranks} of every rollout and evaluation "
               f"with its own {config.rollout.backend} generator"
               f"{f' (vLLM executor {run.generator.executor})' if hasattr(run.generator, 'executor') else ''} and env pool",

@@ -31,10 +31,26 @@ MAX_KEYS = ("rollout/draws",)
 
 @dataclass(frozen=True)
 class Share:
-    """Which rank of how many playing ranks this process is (0 of 1: it plays everything)."""
+    """Which rank of how many playing ranks this process is (0 of 1: it plays everything).
+
+    With engines spanning several ranks (`rollout.tensor_parallel_size`), `rank` and `ranks` count engines,
+    and `replica` says which of the engine's `replicas` ranks this is: they all play the same groups with the
+    same seeds, as the engine needs, then each trains on every `replicas`-th row (`own_rows`), and only
+    replica 0's episodes, metrics and records are merged."""
 
     rank: int = 0
     ranks: int = 1
+    replica: int = 0
+    replicas: int = 1
+
+    @property
+    def reports(self) -> bool:
+        """This rank's episodes and metrics count (a replica's repeat replica 0's)."""
+        return self.replica == 0
+
+    def own_rows(self, count: int) -> "np.ndarray":
+        """Which of its engine's `count` rows this rank trains on: all of them, or every `replicas`-th."""
+        return np.arange(count) % self.replicas == self.replica
 
     def of(self, count: int) -> range:
         """This rank's contiguous share of `count` items; shares differ by at most one, the first ranks
@@ -50,15 +66,13 @@ def playing_ranks(backend: str, rank: int, world_size: int, tensor_parallel_size
     """This rank's place among the ranks that play, or None if it plays nothing. The hf backend plays on
     every rank, each on its own device (cuda:LOCAL_RANK), and so does in-process vLLM: on several ranks each
     builds its engine through vLLM's external launcher, which puts it on the rank's own device
-    (`vllm_backend.parallel_kwargs`). A remote server (vllm-server) is fed by rank 0 alone, which pushes its
-    weights. Engines spanning several ranks (tensor parallelism) would need every rank of one engine to play
-    the same prompts in step; that is not built, so it is refused here, before any engine starts."""
-    if backend == "vllm" and tensor_parallel_size > 1:
-        raise ValueError(f"rollout.tensor_parallel_size={tensor_parallel_size}: engines spanning several ranks are not "
-                         "built yet (every rank of one engine must play the same prompts in step; gigpo plays a "
-                         "different share on each rank). Use rollout.tensor_parallel_size=1: one engine per rank, on "
-                         "its own device; docs/gpu.md")
-    if backend in ("hf", "vllm"):
+    (`vllm_backend.parallel_kwargs`). An engine spanning `tensor_parallel_size` consecutive ranks is one
+    player: its ranks play the same share in step (replicas). A remote server (vllm-server) is fed by rank 0
+    alone, which pushes its weights."""
+    if backend == "vllm":
+        return Share(rank // tensor_parallel_size, world_size // tensor_parallel_size,
+                     rank % tensor_parallel_size, tensor_parallel_size)
+    if backend == "hf":
         return Share(rank, world_size)
     return Share(0, 1) if rank == 0 else None
 

@@ -124,3 +124,26 @@ def test_the_sync_check_runs_on_every_rank_under_zero3(tmp_path):
     rows = metrics_of(run)
     gaps = [r["rollout/sync_gap_max"] for r in rows if "rollout/sync_gap_max" in r]
     assert len(gaps) == 1 and 0.0 <= gaps[0] <= 2e-3, rows  # fp32: the generator holds the updated weights
+
+
+def test_an_engine_over_two_ranks_plays_and_trains_as_one_rank(tmp_path):
+    """rollout.tensor_parallel_size=2 on 2 ranks: one vLLM engine sharded over both (vLLM's external launcher,
+    gloo here). Both ranks play the same groups in step, as the engine needs; rank 0 alone reports them, and
+    each trains on half the rows. So the episodes, rows and advantages are those of one rank with its own
+    engine, nothing counted twice, and the update is one rank's within the summation-order bound."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    greedy = ["rollout.backend=vllm", "rollout.turns=batched", "rollout.temperature=0"]
+    train(one, *COMMON, *greedy)
+    proc = train(two, *COMMON, *greedy, "trainer.nprocs=2", "rollout.tensor_parallel_size=2")
+    for rank in range(2):
+        assert (f"gigpo: rank {rank} plays share 1 of 1 of every rollout and evaluation as rank {rank + 1} of 2 of one "
+                "tensor-parallel vLLM engine (vLLM executor external_launcher)") in proc.stdout
+    for name in sorted(p.name.removesuffix(".jsonl.gz") for p in (one / "records").glob("*.jsonl.gz")):
+        assert records(two, name) == records(one, name), f"record {name} differs"
+    got, want = metrics_of(two), metrics_of(one)
+    for mine, theirs in zip(got, want):
+        keys = {k for k in theirs if k.startswith(SAME)} - FLOAT_NOISE
+        assert {k: mine[k] for k in keys} == pytest.approx({k: theirs[k] for k in keys}, rel=1e-9, abs=1e-12)
+    assert got[1]["rollout/episodes"] == 12 and got[1]["adv/rows"] == want[1]["adv/rows"]  # not doubled
+    rel = update_rel(one, want[1]["adv/rows"])
+    assert got[1]["loss/entropy"] == pytest.approx(want[1]["loss/entropy"], rel=rel)

@@ -30,9 +30,14 @@ def test_in_process_backends_play_on_every_rank_and_a_server_is_fed_by_rank_0():
     assert playing_ranks("hf", 1, 4) == Share(1, 4) and playing_ranks("vllm", 3, 4) == Share(3, 4)
     assert playing_ranks("vllm", 0, 1) == Share(0, 1)
     assert playing_ranks("vllm-server", 0, 4) == Share(0, 1) and playing_ranks("vllm-server", 2, 4) is None
-    # an engine over two ranks would need both to play the same prompts in step: refused before any engine starts
-    with pytest.raises(ValueError, match=r"tensor_parallel_size=2: engines spanning several ranks are not built"):
-        playing_ranks("vllm", 0, 4, tensor_parallel_size=2)
+    # an engine over two ranks is one player: both ranks play its share, and split its rows for training
+    assert [playing_ranks("vllm", r, 4, tensor_parallel_size=2) for r in range(4)] == \
+        [Share(0, 2, 0, 2), Share(0, 2, 1, 2), Share(1, 2, 0, 2), Share(1, 2, 1, 2)]
+    first, second = Share(0, 2, 0, 2), Share(0, 2, 1, 2)
+    assert first.reports and not second.reports
+    assert first.own_rows(5).tolist() == [True, False, True, False, True]
+    assert (first.own_rows(5) ^ second.own_rows(5)).all()  # every row trained once
+    assert Share(1, 4).own_rows(3).all()
 
 
 def bare(record) -> dict:
