@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from gigpo.config import RecipeError, dump_config, load_config
+from gigpo.config import ModelConfig, RecipeError, dump_config, load_config
 from gigpo.models.pretrained import ModelFetchError
 from gigpo.progress import quiet_library_bars
 
@@ -117,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = model_sub.add_parser("convert", help="convert a GGUF model file into a Hugging Face directory")
     p.add_argument("gguf", help="a .gguf file (dequantised on load)")
     p.add_argument("--out", required=True, help="output directory (loadable with from_pretrained and vllm.LLM)")
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"], help="saved weight dtype (default: bf16)")
+    dtype = ModelConfig.model_fields["dtype"].default
+    p.add_argument("--dtype", default=dtype, choices=["bf16", "fp32"], help=f"saved weight dtype (default: {dtype})")
     p.add_argument("--chat-template", default=None, metavar="NAME|FILE",
                    help="chat template to save with the tokenizer, replacing the file's own (needed when it has "
                         f"none): a Jinja file or one of {', '.join(template_names())}")

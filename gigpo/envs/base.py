@@ -25,7 +25,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from gigpo.config import EnvConfig
+
 MAX_TEXT_LENGTH = 65536
+INVALID_ACTION_PENALTY: float = EnvConfig.model_fields["invalid_action_penalty"].default
+"""env.invalid_action_penalty's default (gigpo.config), for an env made without a recipe (gymnasium.make, the
+class itself); the trainer passes the recipe's value."""
 
 _ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL)
 _THINK_PREFIX_RE = re.compile(r"^\s*(<think>.*?</think>)?\s*<action>", re.DOTALL)
@@ -116,7 +121,8 @@ class AgentEnv(gym.Env):
     #: `expert`): a warm-up on this env without it stops in its first state and names the setting.
     expert_kwarg: Optional[str] = None
 
-    def __init__(self, invalid_action_penalty: float = 0.1, render_mode: Optional[str] = None) -> None:
+    def __init__(self, invalid_action_penalty: float = INVALID_ACTION_PENALTY,
+                 render_mode: Optional[str] = None) -> None:
         self.observation_space = text_space()
         self.action_space = text_space()
         self.invalid_action_penalty = float(invalid_action_penalty)

@@ -96,6 +96,9 @@ def envs_subparsers(subparsers: Any) -> Any:
 
 
 def register(subparsers: Any) -> None:
+    from gigpo.config import EnvConfig
+
+    defaults = EnvConfig.model_fields  # the recipe's env defaults, without validating an EnvConfig at startup
     sub = envs_subparsers(subparsers)
     p = sub.add_parser("list", help="print the ids of the gigpo environments")
     p.set_defaults(func=_cmd_list)
@@ -103,8 +106,9 @@ def register(subparsers: Any) -> None:
                              ("play", _cmd_play, "play one episode with the expert (or --manual) and print it")):
         p = sub.add_parser(name, help=text)
         p.add_argument("env_id", help="a registered id, e.g. gigpo/Sokoban-v0")
-        p.add_argument("--kwargs", type=_json_kwargs, default={}, help='env kwargs as JSON, e.g. \'{"size": 6}\'')
+        p.add_argument("--kwargs", type=_json_kwargs, default=defaults["kwargs"].default_factory(),
+                       help='env kwargs as JSON, e.g. \'{"size": 6}\'')
         p.set_defaults(func=func)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-steps", type=int, default=50)
+    p.add_argument("--max-steps", type=int, default=defaults["max_steps"].default)
     p.add_argument("--manual", action="store_true", help="read actions from stdin instead of the expert")

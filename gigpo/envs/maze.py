@@ -31,6 +31,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
+from gigpo.envs.base import INVALID_ACTION_PENALTY
 from gigpo.envs.grid import ACTIONS, MOVES, Cell, GridEnv, flood, pair, shift, shortest_plan
 
 SYMBOLS = "# wall, _ floor, P player, G goal, K key, D closed door"
@@ -158,8 +159,8 @@ class MazeEnv(GridEnv):
     """Text maze with an optional key and door, and an optimal expert (see the module docstring)."""
 
     def __init__(self, size: int = 7, loops: int = 2, doors: int = 1, solution_length: Any = (8, 24),
-                 step_penalty: float = 0.1, goal_reward: float = 10.0, invalid_action_penalty: float = 0.1,
-                 render_mode: Optional[str] = None) -> None:
+                 step_penalty: float = 0.1, goal_reward: float = 10.0,
+                 invalid_action_penalty: float = INVALID_ACTION_PENALTY, render_mode: Optional[str] = None) -> None:
         super().__init__(invalid_action_penalty, render_mode)
         if size < 3 or size % 2 == 0:
             raise ValueError(f"size={size} must be an odd number >= 3 (rooms sit at even coordinates)")

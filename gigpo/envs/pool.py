@@ -36,6 +36,8 @@ from typing import Any, Optional, Sequence
 
 import gymnasium as gym
 
+from gigpo.config import EnvConfig
+
 # (kind, episode_idx, argument): kind is reset | step | replay | expert | probe | drop
 _Op = tuple[str, int, Any]
 
@@ -229,7 +231,9 @@ class EnvPool:
     """Grouped, batched, fault-isolated episodes of one registered env across worker processes."""
 
     def __init__(self, env_id: str, env_kwargs: Optional[dict[str, Any]] = None, max_steps: Optional[int] = None,
-                 workers: Optional[int] = None, step_timeout_s: float = 60.0, start_method: str = "spawn") -> None:
+                 workers: Optional[int] = None,
+                 step_timeout_s: float = EnvConfig.model_fields["step_timeout_s"].default,
+                 start_method: str = "spawn") -> None:
         workers = (os.cpu_count() or 1) if workers is None else workers
         if workers < 1:
             raise ValueError(f"workers={workers} must be at least 1")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import string
 from typing import Any, Optional, Sequence
 
+from gigpo.config import EnvConfig
 from gigpo.envs.pool import EpisodeView
 from gigpo.models.chat_template import PLAIN_TEXT, fix_hint, load_template
 
@@ -87,8 +88,10 @@ class PromptBuilder:
     it; "none" writes plain text for a base model (see the module docstring).
     """
 
-    def __init__(self, tokenizer: Any, max_steps: int, history_length: int = 2, template: Optional[str] = None,
-                 system: Optional[str] = None, chat_template: Optional[str] = None) -> None:
+    def __init__(self, tokenizer: Any, max_steps: int,
+                 history_length: int = EnvConfig.model_fields["history_length"].default,
+                 template: Optional[str] = None, system: Optional[str] = None,
+                 chat_template: Optional[str] = None) -> None:
         if history_length < 0:
             raise ValueError(f"history_length={history_length} must be at least 0")
         self.plain_text = chat_template is not None and chat_template.strip().lower() == PLAIN_TEXT

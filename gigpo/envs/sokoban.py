@@ -23,6 +23,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
+from gigpo.envs.base import INVALID_ACTION_PENALTY
 from gigpo.envs.grid import ACTIONS, MOVES, Cell, GridEnv, flood, pair, shift, shortest_plan
 
 State = tuple[Cell, frozenset[Cell]]  # (player, boxes)
@@ -138,7 +139,7 @@ class SokobanEnv(GridEnv):
     """Text Sokoban with generated rooms and an optimal expert (see the module docstring)."""
 
     def __init__(self, size: int = 5, num_boxes: int = 1, inner_walls: Any = (0, 2), solution_length: Any = (3, 10),
-                 reverse_steps: Any = (8, 25), invalid_action_penalty: float = 0.1,
+                 reverse_steps: Any = (8, 25), invalid_action_penalty: float = INVALID_ACTION_PENALTY,
                  render_mode: Optional[str] = None) -> None:
         super().__init__(invalid_action_penalty, render_mode)
         if size < 3:

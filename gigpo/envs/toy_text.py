@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 import gymnasium as gym
 from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
-from gigpo.envs.base import AgentEnv, rng_seed
+from gigpo.envs.base import INVALID_ACTION_PENALTY, AgentEnv, rng_seed
 
 #: (inner env, its state) -> the observation text
 Renderer = Callable[[gym.Env, int], str]
@@ -31,7 +31,7 @@ class DiscreteTextEnv(AgentEnv):
 
     def __init__(self, inner: gym.Env, action_names: list[str], render_state: Renderer, task: str,
                  won: WinTest = _terminated, expert: Optional[Expert] = None,
-                 invalid_action_penalty: float = 0.1, render_mode: Optional[str] = None) -> None:
+                 invalid_action_penalty: float = INVALID_ACTION_PENALTY, render_mode: Optional[str] = None) -> None:
         super().__init__(invalid_action_penalty, render_mode)
         inner = inner.unwrapped
         for name, space in (("observation", inner.observation_space), ("action", inner.action_space)):

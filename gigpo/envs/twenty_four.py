@@ -27,7 +27,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Callable, Optional
 
-from gigpo.envs.base import AgentEnv
+from gigpo.envs.base import INVALID_ACTION_PENALTY, AgentEnv
 
 MAX_EXPRESSION_CHARS = 200
 _OPS: dict[type, Callable[[Fraction, Fraction], Fraction]] = {
@@ -110,7 +110,7 @@ class TwentyFourEnv(AgentEnv):
     """24-points with verified exact arithmetic and a search-based expert (see the module docstring)."""
 
     def __init__(self, num_cards: int = 4, max_card: int = 13, target: int = 24, win_reward: float = 10.0,
-                 solvable_only: bool = True, invalid_action_penalty: float = 0.1,
+                 solvable_only: bool = True, invalid_action_penalty: float = INVALID_ACTION_PENALTY,
                  render_mode: Optional[str] = None) -> None:
         super().__init__(invalid_action_penalty, render_mode)
         if not 2 <= num_cards <= 6:

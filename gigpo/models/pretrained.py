@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
+from gigpo.config import ModelConfig
 from gigpo.models.cache import default_cache_dir
 from gigpo.models.chat_template import fix_hint, load_template, missing_markers
 
@@ -177,7 +178,7 @@ def check_architecture(gguf_path: Path) -> str:
     return arch
 
 
-def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "bf16",
+def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = ModelConfig.model_fields["dtype"].default,
                  chat_template: Optional[str] = None) -> Path:
     """Dequantise a GGUF model into a Hugging Face directory (safetensors in `dtype`, tokenizer, template).
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Optional
 
-from gigpo.config import ModelConfig, RolloutConfig
+from gigpo.config import ModelConfig, RolloutConfig, TrainerConfig
 from gigpo.dtypes import canonical_dtype
 
 if TYPE_CHECKING:
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 _ROLLOUT = RolloutConfig()
 _MODEL = ModelConfig()
+_TRAINER = TrainerConfig()
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class EngineSettings:
     """What a generation engine is built with (vLLM's arguments; hf reads dtype, max_num_seqs and the cache)."""
 
     dtype: str = _MODEL.dtype
-    seed: int = 0
+    seed: int = _TRAINER.seed
     """vLLM's engine seed (requests carry their own seeds where the rollout sets them)."""
     kv_cache_gb: float = _ROLLOUT.kv_cache_gb
     gpu_memory_utilization: float = _ROLLOUT.gpu_memory_utilization
@@ -53,7 +54,7 @@ class EngineSettings:
             raise ValueError(f"kv_cache_gb={self.kv_cache_gb} must be > 0 and max_num_seqs={self.max_num_seqs} >= 1")
 
     @classmethod
-    def from_config(cls, rollout: RolloutConfig, dtype: str, seed: int = 0) -> "EngineSettings":
+    def from_config(cls, rollout: RolloutConfig, dtype: str, seed: int = _TRAINER.seed) -> "EngineSettings":
         """The settings of a recipe's rollout section; `dtype` is model.dtype, `seed` trainer.seed."""
         return cls(dtype=dtype, seed=seed, kv_cache_gb=rollout.kv_cache_gb,
                    gpu_memory_utilization=rollout.gpu_memory_utilization,

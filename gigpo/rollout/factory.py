@@ -4,20 +4,17 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from gigpo.config import RolloutConfig
+from gigpo.config import RolloutConfig, TrainerConfig
 from gigpo.rollout.engine_settings import EngineSettings
-from gigpo.rollout.generator import Generator, Turns
+from gigpo.rollout.generator import AUTO_TURNS, Generator, resolve_turns
 
+__all__ = ["AUTO_TURNS", "BACKENDS", "generator_from_config", "make_generator"]
 BACKENDS = ("hf", "vllm", "vllm-server")
-AUTO_TURNS: dict[str, Turns] = {"hf": "batched", "vllm": "async", "vllm-server": "batched"}
-"""What rollout.turns=auto means per backend, as measured (docs/benchmarks.md): hf has no async path; the
-in-process engine was faster async even on a CPU-bound env; the server was slower async there (a request
-per prompt), so it stays batched unless rollout.turns=async (worth it for slow envs: 2.1x at 200 ms steps)."""
 _DEFAULTS = RolloutConfig()
 
 
 def make_generator(backend: str, model_path: str, engine: EngineSettings = EngineSettings(), *,
-                   server_urls: Iterable[str] = (), num_servers: int = _DEFAULTS.num_servers,
+                   server_urls: Iterable[str] = tuple(_DEFAULTS.server_urls), num_servers: int = _DEFAULTS.num_servers,
                    request_timeout_s: float = _DEFAULTS.request_timeout_s,
                    server_token: Optional[str] = None) -> Generator:
     """Build the generator for `backend` ("hf", "vllm" or "vllm-server") on the model at `model_path`."""
@@ -38,12 +35,12 @@ def make_generator(backend: str, model_path: str, engine: EngineSettings = Engin
     raise ValueError(f"unknown rollout backend {backend!r}; choose one of {', '.join(BACKENDS)}")
 
 
-def generator_from_config(rollout: RolloutConfig, model_path: str, dtype: str, seed: int = 0) -> Generator:
+def generator_from_config(rollout: RolloutConfig, model_path: str, dtype: str,
+                          seed: int = TrainerConfig().seed) -> Generator:
     """The generator of a recipe's rollout section (`dtype`: model.dtype, `seed`: trainer.seed), with the
     rollout's `turns` resolved."""
     generator = make_generator(rollout.backend, model_path, EngineSettings.from_config(rollout, dtype, seed),
                                server_urls=rollout.server_urls, num_servers=rollout.num_servers,
                                request_timeout_s=rollout.request_timeout_s)
-    auto = "batched" if rollout.tensor_parallel_size > 1 else AUTO_TURNS[rollout.backend]  # one engine, same requests
-    generator.turns = auto if rollout.turns == "auto" else rollout.turns
+    generator.turns = resolve_turns(rollout.turns, rollout.backend, rollout.tensor_parallel_size)
     return generator

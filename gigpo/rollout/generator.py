@@ -7,27 +7,48 @@ produced it, and takes new weights as the trainer's named tensors (HF names, ful
 from __future__ import annotations
 
 import abc
-from typing import Callable, Iterable, Literal, Union
+from typing import Callable, ClassVar, Iterable, Literal, Optional, Union
 
 import torch
 
+from gigpo.config import RolloutConfig
 from gigpo.rollout.types import Completion, SamplingSettings
 
 Turns = Literal["batched", "async"]
 CompletionCallback = Callable[[Union[list[Completion], BaseException]], None]
 """Called once per submitted prompt, from any thread: its `n` completions, or the error that stopped them."""
+AUTO_TURNS: dict[str, Turns] = {"hf": "batched", "vllm": "async", "vllm-server": "batched"}
+"""What rollout.turns=auto means per backend, as measured (docs/benchmarks.md): hf has no async path; the
+in-process engine was faster async even on a CPU-bound env; the server was slower async there (a request
+per prompt), so it stays batched unless rollout.turns=async (worth it for slow envs: 2.1x at 200 ms steps)."""
+_ROLLOUT = RolloutConfig()
+
+
+def resolve_turns(turns: str, backend: Optional[str], tensor_parallel_size: int) -> Turns:
+    """rollout.turns as a generator of `backend` plays it. auto: AUTO_TURNS[backend], but batched for a
+    tensor-parallel engine (its ranks must send it the same requests in the same order) and for a generator
+    that is none of the backends (it generates whole turns unless it says it can take single requests)."""
+    if turns != "auto":
+        return turns  # type: ignore[return-value]
+    if tensor_parallel_size > 1 or backend not in AUTO_TURNS:
+        return "batched"
+    return AUTO_TURNS[backend]
 
 
 class Generator(abc.ABC):
     """Generates completions and takes weight updates. Not thread-safe: one caller drives it."""
 
-    turns: Turns = "batched"
+    rollout_backend: ClassVar[Optional[str]] = None
+    """The rollout.backend this class implements (None: none of them, e.g. a test's scripted policy)."""
+    turns: Turns
     """How a rollout drives this generator: "batched" (one `generate` call per turn, every episode waiting
-    for the slowest) or "async" (each episode's prompt `submit`ted as soon as its env step ends). The
-    factory sets it from `rollout.turns`; "async" needs `can_submit`."""
+    for the slowest) or "async" (each episode's prompt `submit`ted as soon as its env step ends). Starts as
+    rollout.turns' default resolved for this backend; the factory sets it from the recipe's `rollout.turns`;
+    "async" needs `can_submit`."""
 
-    def __init__(self) -> None:
+    def __init__(self, tensor_parallel_size: int = _ROLLOUT.tensor_parallel_size) -> None:
         self._version = 0
+        self.turns = resolve_turns(_ROLLOUT.turns, self.rollout_backend, tensor_parallel_size)
 
     @property
     def version(self) -> int:

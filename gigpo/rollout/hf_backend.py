@@ -5,6 +5,7 @@ from typing import Iterable, Optional
 
 import torch
 
+from gigpo.config import ModelConfig, RolloutConfig
 from gigpo.cpu_bf16 import bf16_matmuls
 from gigpo.dtypes import torch_dtype
 from gigpo.rollout.generator import Generator, check_prompts, check_version
@@ -41,11 +42,16 @@ def sampling_warpers(temperature: float, top_p: float) -> list:
     return warpers
 
 
+_MODEL, _ROLLOUT = ModelConfig(), RolloutConfig()
+
+
 class HFGenerator(Generator):
     """A transformers model of its own, sampled by our decode loop; weights are copied in on update."""
 
-    def __init__(self, model_path: str, dtype: str = "bf16", max_batch_size: int = 256, share_prefill: bool = True,
-                 prompt_cache_bytes: int = 1 << 30) -> None:
+    rollout_backend = "hf"
+
+    def __init__(self, model_path: str, dtype: str = _MODEL.dtype, max_batch_size: int = _ROLLOUT.max_num_seqs,
+                 share_prefill: bool = True, prompt_cache_bytes: int = int(_ROLLOUT.kv_cache_gb * 2**30)) -> None:
         """`max_batch_size` rows per `generate` call (rollout.max_num_seqs): a whole turn in one call where
         the logits budget allows, since each decode step's fixed overhead is paid per call. `share_prefill`:
         each distinct prompt is run through the model once, its KV cache copied to every row that shows

@@ -76,6 +76,8 @@ class Server:
 class ServerGenerator(Generator):
     """Generator over one or more `gigpo serve` processes."""
 
+    rollout_backend = "vllm-server"
+
     def __init__(self, model_path: str, engine: EngineSettings = EngineSettings(), *, urls: Iterable[str] = (),
                  num_servers: int = _DEFAULTS.num_servers, request_timeout_s: float = _DEFAULTS.request_timeout_s,
                  token: Optional[str] = None, unresponsive_s: float = UNRESPONSIVE_S,

@@ -4,21 +4,24 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal, Optional
 
+from gigpo.config import RolloutConfig
+
 FinishReason = Literal["stop", "length"]
+_ROLLOUT = RolloutConfig()
 
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """How to sample. temperature=0 is greedy.
+    """How to sample. temperature=0 is greedy. Defaults: rollout's (gigpo.config), but no stop strings.
 
     `seed` makes a call reproducible where the backend allows: vLLM seeds request i with `seed + i`
     (the same prompt list and seed give the same samples on any batch split); HF seeds the whole
     batched call (the same call gives the same samples).
     """
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 512
+    temperature: float = _ROLLOUT.temperature
+    top_p: float = _ROLLOUT.top_p
+    max_new_tokens: int = _ROLLOUT.max_new_tokens
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     """Token ids that end a completion like EOS does (kept in the output, finish reason "stop")."""

@@ -123,8 +123,10 @@ class VLLMGenerator(Generator):
     core runs in this process and `reload_weights` takes the trainer's tensors as they are gathered, by
     reference, on their device (`takes_device_tensors`)."""
 
+    rollout_backend = "vllm"
+
     def __init__(self, model_path: str, engine: EngineSettings = EngineSettings()) -> None:
-        super().__init__()
+        super().__init__(engine.tensor_parallel_size)
         self.llm = build_engine(model_path, engine)
         self._lora_request: Any = None
         """The adapter every request runs with after `load_adapter` (None: the engine's own weights)."""

@@ -27,6 +27,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from gigpo.config import TrainerConfig
 from gigpo.trainer import lora
 from gigpo.trainer.distributed import barrier, rank_info
 
@@ -109,8 +110,11 @@ def _save_hf(actor: Any, tokenizer: Any, out: Path, is_main: bool) -> None:
             tokenizer.save_pretrained(out)
 
 
+_TRAINER = TrainerConfig()
+
+
 def save_checkpoint(run_dir: str | Path, iteration: int, actor: Any, tokenizer: Any = None, critic: Any = None,
-                    loop_state: Optional[dict[str, Any]] = None, keep_last: int = 2) -> Path:
+                    loop_state: Optional[dict[str, Any]] = None, keep_last: int = _TRAINER.keep_last) -> Path:
     """Write checkpoint `iteration` atomically and keep only the newest `keep_last`; all ranks call.
 
     `loop_state` must be JSON-serialisable (seeds drawn so far, counters, ...); it comes back from

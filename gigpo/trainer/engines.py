@@ -52,6 +52,8 @@ class EngineSettings:
     micro_token_budget: int
     mini_batch_size: Optional[int]
     """Samples per mini-batch when `mini_batches` is None."""
+    mini_batches: Optional[int]
+    """Mini-batches (optimizer steps) per epoch, whatever the sample count; None: `mini_batch_size` samples each."""
     ppo_epochs: int
     lr: float
     weight_decay: float
@@ -66,8 +68,6 @@ class EngineSettings:
     """Micro-batch layout (gigpo.trainer.batching); auto: packed with flash-attention, else shared."""
     lora: Optional[lora.LoraSettings] = None
     """Train LoRA adapters (gigpo.trainer.lora) instead of every weight; None: full fine-tuning."""
-    mini_batches: Optional[int] = None
-    """Mini-batches (optimizer steps) per epoch, whatever the sample count; None: `mini_batch_size` samples each."""
 
 
 @dataclass(frozen=True)
@@ -92,12 +92,12 @@ def settings_from_config(config: Any, critic: bool = False) -> tuple[EngineSetti
     t, m, a = config.trainer, config.model, config.algorithm
     engine = EngineSettings(
         zero_stage=t.zero_stage, dtype=m.dtype, gradient_checkpointing=m.gradient_checkpointing,
-        micro_token_budget=t.micro_token_budget, mini_batch_size=t.mini_batch_size, ppo_epochs=t.ppo_epochs,
-        lr=t.critic_lr if critic else t.lr, weight_decay=t.weight_decay, warmup_steps=t.warmup_steps,
+        micro_token_budget=t.micro_token_budget, mini_batch_size=t.mini_batch_size, mini_batches=t.mini_batches,
+        ppo_epochs=t.ppo_epochs, lr=t.critic_lr if critic else t.lr, weight_decay=t.weight_decay,
+        warmup_steps=t.warmup_steps,
         grad_clip=t.grad_clip, seed=t.seed,
         temperature=config.rollout.temperature or 1.0,  # greedy rollouts (0): score the plain distribution
-        layout=t.layout, minibatch_by_prompt=t.minibatch_by_prompt, lora=lora.lora_settings(config),
-        mini_batches=t.mini_batches)
+        layout=t.layout, minibatch_by_prompt=t.minibatch_by_prompt, lora=lora.lora_settings(config))
     loss = LossSettings(clip_low=a.clip_low, clip_high=a.clip_high, kl_coef=a.kl_coef,
                         entropy_coef=a.entropy_coef, loss_agg=a.loss_agg, value_clip=a.value_clip,
                         correction=correction_from_config(config), old_is_behaviour=old_logprobs_from_generator(config))
@@ -167,7 +167,8 @@ class _MicroBatchedModel:
 
     settings: EngineSettings
     info: RankInfo
-    layout: Layout = "padded"
+    layout: Layout
+    """The resolved layout (`_choose_layout`, called by every engine's constructor before its first forward)."""
 
     def _module(self) -> torch.nn.Module:
         raise NotImplementedError

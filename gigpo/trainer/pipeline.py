@@ -24,11 +24,13 @@ from typing import Any, Callable, Generic, Iterable, Optional, Sequence, TypeVar
 
 import torch
 
+from gigpo.config import RolloutConfig
 from gigpo.rollout.generator import Generator
 from gigpo.trainer.off_policy import staleness
 from gigpo.trainer.rollout_correction import Correction
 
 T = TypeVar("T")
+_ROLLOUT = RolloutConfig()
 
 
 class PipelineStopped(RuntimeError):
@@ -106,9 +108,10 @@ class RolloutPipeline(Generic[T]):
     before the generator and pools close. Built on every rank; only rank 0 has a generator (`produce` and `generator` None
     elsewhere), the others only join the collective weight gathering and compute the same corrections."""
 
-    def __init__(self, produce: Optional[Callable[[int], T]], generator: Optional[Generator], mode: str = "sync",
-                 max_staleness: int = 1, version: int = 0, last_iteration: Optional[int] = None,
-                 correction: Optional[Correction] = None, mixed_versions: bool = False) -> None:
+    def __init__(self, produce: Optional[Callable[[int], T]], generator: Optional[Generator],
+                 mode: str = _ROLLOUT.mode, max_staleness: int = _ROLLOUT.max_staleness, version: int = 0,
+                 last_iteration: Optional[int] = None, correction: Optional[Correction] = None,
+                 mixed_versions: bool = _ROLLOUT.group_versions == "mixed") -> None:
         if mode not in ("sync", "async"):
             raise ValueError(f"rollout.mode={mode!r} must be sync or async")
         if max_staleness < 1:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
+from gigpo.config import RolloutConfig
 from gigpo.rollout.records import Rollout
 
 if TYPE_CHECKING:
@@ -62,7 +63,11 @@ class Share:
         return range(start, start + base + (self.rank < extra))
 
 
-def playing_ranks(backend: str, rank: int, world_size: int, tensor_parallel_size: int = 1) -> Optional[Share]:
+_ROLLOUT = RolloutConfig()
+
+
+def playing_ranks(backend: str, rank: int, world_size: int,
+                  tensor_parallel_size: int = _ROLLOUT.tensor_parallel_size) -> Optional[Share]:
     """This rank's place among the ranks that play, or None if it plays nothing. The hf backend plays on
     every rank, each on its own device (cuda:LOCAL_RANK), and so does in-process vLLM: on several ranks each
     builds its engine through vLLM's external launcher, which puts it on the rank's own device

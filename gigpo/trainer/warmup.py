@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from gigpo.config import LoggingConfig
 from gigpo.cpu_bf16 import bf16_matmuls
 from gigpo.progress import Progress
 from gigpo.trainer.action_tokens import action_token_mask
@@ -32,8 +33,11 @@ def response_ids(tokenizer, action: str) -> list[int]:
     return tokenizer(f"<action>{action}</action>", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
 
 
+_LOGGING = LoggingConfig()
+
+
 def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int], list[int]]], steps: int,
-                      lr: float, batch_size: int, seed: int, progress: bool = True, dtype: str = "fp32",
+                      lr: float, batch_size: int, seed: int, progress: bool = _LOGGING.progress, dtype: str = "fp32",
                       after_step: Optional[Callable[[int, Any], None]] = None,
                       action_share: Optional[float] = None, micro_tokens: Optional[int] = None) -> Path:
     """Train on `pairs` (cross-entropy on response tokens) for `steps` AdamW steps; save to out_dir/hf.

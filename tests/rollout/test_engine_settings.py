@@ -45,6 +45,30 @@ def test_auto_turns_resolve_per_backend(tiny_model_dir):
     assert config.rollout.turns == "auto" and generator.turns == "batched" and not generator.can_submit
 
 
+def test_a_generator_built_without_a_recipe_starts_with_the_config_default_turns(tiny_model_dir):
+    """rollout.turns' default (auto) means the same whether the factory or a backend's constructor resolves it."""
+    from gigpo.rollout.generator import Generator, resolve_turns
+    from gigpo.rollout.hf_backend import HFGenerator
+    from gigpo.rollout.server_client import ServerGenerator
+    from gigpo.rollout.vllm_backend import VLLMGenerator
+
+    default = RolloutConfig().turns
+    assert [resolve_turns(default, b.rollout_backend, 1) for b in (HFGenerator, VLLMGenerator, ServerGenerator)] == \
+        ["batched", "async", "batched"]
+    assert resolve_turns(default, "vllm", 2) == "batched"  # the ranks of one engine send the same requests
+    assert resolve_turns("async", "hf", 1) == "async"      # a recipe's choice is kept (the config refuses it for hf)
+
+    class Scripted(Generator):  # a test's policy: none of the backends, so whole turns
+        generate = update_weights = None  # type: ignore[assignment]
+
+    assert Scripted().turns == "batched"
+    generator = HFGenerator(str(tiny_model_dir), dtype="fp32")
+    try:
+        assert generator.turns == "batched"
+    finally:
+        generator.close()
+
+
 @pytest.mark.parametrize("backend", ["hf", "vllm-server"])
 def test_inprocess_sync_needs_the_in_process_vllm_backend(backend):
     with pytest.raises(ValueError, match="weight_sync=inprocess.*rollout.backend=vllm"):

@@ -39,7 +39,7 @@ from typing import Any, Iterator, Literal, Optional, Sequence
 
 from gigpo.envs.alfworld.data import find_tasks
 from gigpo.envs.alfworld.game import TaskFiles, expert_action, load_game_data, load_into, make_engine
-from gigpo.envs.base import AgentEnv, rng_seed
+from gigpo.envs.base import INVALID_ACTION_PENALTY, AgentEnv, rng_seed
 
 WELCOME_BANNER = "-= Welcome to TextWorld, ALFRED! =-"
 TASK_PREFIX = "Your task is to: "
@@ -104,7 +104,7 @@ class ALFWorldEnv(AgentEnv):
         anchor_history: int = 2,
         expert: bool = False,
         win_reward: float = 10.0,
-        invalid_action_penalty: float = 0.1,
+        invalid_action_penalty: float = INVALID_ACTION_PENALTY,
         render_mode: Optional[str] = None,
     ) -> None:
         super().__init__(invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)

@@ -40,7 +40,7 @@ import os
 import re
 from typing import Any, Optional
 
-from gigpo.envs.base import AgentEnv, parse_tagged_action, rng_seed
+from gigpo.envs.base import INVALID_ACTION_PENALTY, AgentEnv, parse_tagged_action, rng_seed
 from gigpo.envs.webshop.catalogue import Catalogue, Goal, Product
 from gigpo.envs.webshop.generate import cached_catalogue
 from gigpo.envs.webshop.pages import (
@@ -87,7 +87,7 @@ class WebShopEnv(AgentEnv):
         data_path: Optional[str] = None,
         human_goals: bool = True,
         split_scheme: Optional[str] = None,
-        invalid_action_penalty: float = 0.1,
+        invalid_action_penalty: float = INVALID_ACTION_PENALTY,
         render_mode: Optional[str] = None,
     ) -> None:
         super().__init__(invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
