@@ -92,6 +92,15 @@ class engine_core_in_process:
         return False
 
 
+def trainer_world_size() -> int:
+    """The ranks of the torch.distributed world this process belongs to (1 if it has none). Read from the
+    initialised group, not from WORLD_SIZE: a generation server started by rank 0 inherits the rank's
+    environment but is not a rank, and must build a standalone engine."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 def parallel_kwargs(tensor_parallel_size: int, world_size: Optional[int] = None) -> dict[str, Any]:
     """vLLM's arguments for this rank's engine when the trainer runs on several ranks (none for one rank).
 
@@ -100,12 +109,12 @@ def parallel_kwargs(tensor_parallel_size: int, world_size: Optional[int] = None)
     as independent engines of `tensor_parallel_size` consecutive ranks each (what it calls external data
     parallelism): with 1, every rank its own engine, generating whatever it is sent; with more, every rank of
     one engine must send it the same prompts in step (the trainer's replicas, `sharding.Share`)."""
-    world = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
+    world = trainer_world_size() if world_size is None else world_size
     if world <= 1 and tensor_parallel_size == 1:
         return {}
     if world % tensor_parallel_size:
         raise ValueError(f"rollout.tensor_parallel_size={tensor_parallel_size} must divide the {world} ranks of this "
-                         "launch (WORLD_SIZE): set trainer.nprocs to a multiple of it")
+                         "launch: set trainer.nprocs to a multiple of it")
     return dict(tensor_parallel_size=tensor_parallel_size, distributed_executor_backend="external_launcher")
 
 

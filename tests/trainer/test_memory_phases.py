@@ -71,6 +71,13 @@ def test_tensor_parallel_size_must_divide_the_ranks():
     for tp, world in ((1, 2), (1, 8), (2, 8)):
         assert parallel_kwargs(tp, world_size=world) == {"tensor_parallel_size": tp,
                                                          "distributed_executor_backend": "external_launcher"}
+    # a generation server started by a rank inherits WORLD_SIZE but is no rank: a standalone engine (with the
+    # external launcher it would try to join the trainer's rendezvous and fail on its port)
+    import os
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}):
+        assert parallel_kwargs(1) == {}
     with pytest.raises(ValueError, match="must divide the 6 ranks"):
         parallel_kwargs(4, world_size=6)
     with pytest.raises(ValueError, match="gigpo serve"):

@@ -95,13 +95,15 @@ def test_sigterm_stops_compare_and_its_run_without_orphans_and_the_rerun_resumes
 def test_sigterm_to_a_two_rank_train_stops_every_rank_and_its_engine(tmp_path: Path, tiny_model_dir: Path) -> None:
     """DeepSpeed's runner dies of SIGTERM without passing it on, so the ranks used to go on training after
     the `gigpo train` the user had stopped exited. Now it stops their process group: exit 143, no process
-    of the run left (runner, per-node launcher, ranks, vLLM's engine core, env workers), no all-reduce
+    of the run left (runner, per-node launcher, ranks, the generation server and its vLLM engine core, env workers), no all-reduce
     buffer left in /dev/shm, and the checkpoints written before the stop complete."""
     cwd = own_directory(tmp_path)
     run_dir = tmp_path / "two-ranks"
     buffers_before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"))
     cmd = [sys.executable, "-m", "gigpo.cli", "train", RECIPE, *SMALL, f"trainer.run_dir={run_dir}",
-           f"model.path={tiny_model_dir}", "rollout.backend=vllm", "rollout.enforce_eager=true", "trainer.nprocs=2",
+           # a server: on several ranks in-process vLLM runs inside each rank (external launcher), so the engine
+           # core process whose cleanup this checks is the server's
+           f"model.path={tiny_model_dir}", "rollout.backend=vllm-server", "rollout.enforce_eager=true", "trainer.nprocs=2",
            "trainer.iterations=30", "trainer.save_every=1", "trainer.eval_every=100"]
     log = tmp_path / "train.log"  # a file, not a pipe: orphaned ranks holding a pipe open would hide from wait()
     with log.open("w") as out:
@@ -113,7 +115,7 @@ def test_sigterm_to_a_two_rank_train_stops_every_rank_and_its_engine(tmp_path: P
                 pytest.fail(f"train exited before iteration 1:\n{log.read_text()[-3000:]}")
             assert time.monotonic() < deadline, "no iteration in 300 s"
             time.sleep(0.1)
-        # the parent, DeepSpeed's runner and launcher, two ranks, rank 0's engine core: the check below can fail
+        # the parent, DeepSpeed's runner and launcher, two ranks, the server and its engine core: the check below can fail
         assert len(processes_in(cwd)) >= 6 and engine_cores(processes_in(cwd)), processes_in(cwd)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=180)
