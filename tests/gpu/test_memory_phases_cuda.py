@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gpu_marks import requires_cuda
-from gigpo.config import load_config
+from gigpo.config import Config, load_config
 from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.verify import sync_weights
@@ -18,11 +18,16 @@ from support.models import load_trainer_model, perturb
 pytestmark = requires_cuda
 
 
+def sleeping_engine_config(model_dir, level: int) -> Config:
+    """The recipe these tests build their memory phases from (loaded on CPU too: tests/gpu/test_setup_on_cpu.py)."""
+    return load_config("recipes/sokoban_tiny.yaml", [f"model.path={model_dir}", "rollout.backend=vllm",
+                                                     f"rollout.sleep_level={level}",
+                                                     "rollout.gpu_memory_utilization=0.3", "model.dtype=fp32"])
+
+
 @pytest.mark.parametrize("level", [1, 2])
 def test_sleep_frees_the_share_and_a_synced_engine_matches_hf(tiny_model_dir, level):
-    config = load_config("recipes/sokoban_tiny.yaml", [f"model.path={tiny_model_dir}", "model.init=null",
-                                                        "rollout.backend=vllm", f"rollout.sleep_level={level}",
-                                                        "rollout.gpu_memory_utilization=0.3", "model.dtype=fp32"])
+    config = sleeping_engine_config(tiny_model_dir, level)
     generator = VLLMGenerator(str(tiny_model_dir), EngineSettings(dtype="fp32", max_num_seqs=32, sleep_level=level,
                                                                   gpu_memory_utilization=0.3))
     try:
