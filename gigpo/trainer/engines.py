@@ -43,8 +43,9 @@ from gigpo.seeds import minibatch_seed  # noqa: E402
 
 
 @dataclass(frozen=True)
-class EngineSettings:
-    """How an engine is built and fed. Defaults live in gigpo.config: build with `settings_from_config`."""
+class TrainingEngineSettings:
+    """How a DeepSpeed engine (actor, reference, critic) is built and fed; the generation engine's are
+    gigpo.rollout.engine_settings.EngineSettings. Defaults live in gigpo.config: build with `settings_from_config`."""
 
     zero_stage: int
     dtype: Literal["bf16", "fp32"]
@@ -87,10 +88,10 @@ class LossSettings:
     """logp_old are the generator's own (trainer.old_logprobs: generator): the correction reads live log-probs."""
 
 
-def settings_from_config(config: Any, critic: bool = False) -> tuple[EngineSettings, LossSettings]:
+def settings_from_config(config: Any, critic: bool = False) -> tuple[TrainingEngineSettings, LossSettings]:
     """Engine and loss settings from a gigpo Config (the actor's, or the critic's with `critic=True`)."""
     t, m, a = config.trainer, config.model, config.algorithm
-    engine = EngineSettings(
+    engine = TrainingEngineSettings(
         zero_stage=t.zero_stage, dtype=m.dtype, gradient_checkpointing=m.gradient_checkpointing,
         micro_token_budget=t.micro_token_budget, mini_batch_size=t.mini_batch_size, mini_batches=t.mini_batches,
         ppo_epochs=t.ppo_epochs, lr=t.critic_lr if critic else t.lr, weight_decay=t.weight_decay,
@@ -104,7 +105,7 @@ def settings_from_config(config: Any, critic: bool = False) -> tuple[EngineSetti
     return engine, loss
 
 
-def deepspeed_config(s: EngineSettings, train: bool = True) -> dict[str, Any]:
+def deepspeed_config(s: TrainingEngineSettings, train: bool = True) -> dict[str, Any]:
     """The DeepSpeed config for an engine; `train=False` for a frozen model (no optimizer)."""
     cfg: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": 1,
@@ -133,7 +134,7 @@ def warmup_schedule(warmup_steps: int) -> Optional[Callable[[torch.optim.Optimiz
     return lambda optimizer: LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps))
 
 
-def _load_hf(model_path: str, s: EngineSettings, ds_config: dict[str, Any], value_head: bool):
+def _load_hf(model_path: str, s: TrainingEngineSettings, ds_config: dict[str, Any], value_head: bool):
     """Load the HF model; under ZeRO-3 straight into partitions, never whole on one rank.
 
     transformers partitions at load while an HfDeepSpeedConfig object is alive (a process-wide weak
@@ -165,7 +166,7 @@ def _device() -> torch.device:
 class _MicroBatchedModel:
     """Shared by all engines: micro-batched forwards over samples, spread over ranks."""
 
-    settings: EngineSettings
+    settings: TrainingEngineSettings
     info: RankInfo
     layout: Layout
     """The resolved layout (`_choose_layout`, called by every engine's constructor before its first forward)."""
@@ -339,7 +340,7 @@ class _TrainedEngine(_MicroBatchedModel):
     """Optimizer steps of this update() taken before the mini-batch in progress (0: the weights are its start)."""
     _value_head: bool = False
 
-    def __init__(self, model_path: str, settings: EngineSettings, loss: LossSettings):
+    def __init__(self, model_path: str, settings: TrainingEngineSettings, loss: LossSettings):
         self.settings, self.loss = settings, loss
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings)
@@ -587,7 +588,7 @@ class ReferenceModel(_PolicyForward):
     actor's; otherwise a plain module in the training dtype.
     """
 
-    def __init__(self, model_path: str, settings: EngineSettings):
+    def __init__(self, model_path: str, settings: TrainingEngineSettings):
         self.settings = settings
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings, train=False)
