@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from gigpo.viewer.records import RECORDS_DIR
+from gigpo.viewer.record_files import RECORDS_DIR
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,7 @@ def set_up(config: Config, resume: bool = False) -> Run:
     from gigpo.trainer.metrics import MetricsLogger
     from gigpo.trainer.sharding import playing_ranks
     from gigpo.trainer.warm_start import warm_up
-    from gigpo.viewer.records import RolloutRecorder
+    from gigpo.viewer.record_files import RolloutRecorder
 
     t, a, e = config.trainer, config.algorithm, config.env
     # fail on a bad recipe before any model, process or environment is started

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from gigpo.viewer.records import RECORDS_DIR
+from gigpo.viewer.record_files import RECORDS_DIR
 
 RECORD_FILE = re.compile(r"^(\d{6,})-(train|eval)\.jsonl\.gz$")
 TABLE_KEYS = ("rollout/success", "rollout/return", "rollout/invalid_action_rate", "rollout/episode_length",

@@ -67,7 +67,7 @@ def test_a_placebo_logs_and_records_the_advantages_it_trains_on(played):
     per-step advantage) holds the permuted advantages the samples carry, parts moved alongside; before,
     it held the estimate each row lost to the permutation."""
     from gigpo.seeds import placebo_advantages
-    from gigpo.viewer.records import step_columns
+    from gigpo.viewer.record_files import step_columns
 
     config, tokenizer, records = played
     a = config.algorithm
