@@ -123,7 +123,7 @@ def deepspeed_config(s: TrainingEngineSettings, train: bool = True) -> dict[str,
     return cfg
 
 
-def warmup_schedule(warmup_steps: int) -> Optional[Callable[[torch.optim.Optimizer], LambdaLR]]:
+def lr_warmup_schedule(warmup_steps: int) -> Optional[Callable[[torch.optim.Optimizer], LambdaLR]]:
     """Linear warm-up: optimizer step t (from 0) uses lr * min(1, (t + 1) / warmup_steps).
 
     Not DeepSpeed's WarmupLR: its linear ramp starts at 0 and spends the first two steps at lr 0.
@@ -349,7 +349,7 @@ class _TrainedEngine(_MicroBatchedModel):
         if settings.lora is not None:  # adapters (and a critic's head) are all the optimizer sees
             model = lora.wrap(model, settings.lora, value_head=self._value_head)
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=lora.trainable_parameters(model),
-                                               config=self.ds_config, lr_scheduler=warmup_schedule(settings.warmup_steps))
+                                               config=self.ds_config, lr_scheduler=lr_warmup_schedule(settings.warmup_steps))
 
     def _module(self) -> torch.nn.Module:
         return self.engine

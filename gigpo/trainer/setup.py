@@ -143,7 +143,7 @@ def set_up(config: Config, resume: bool = False) -> Run:
     from gigpo.trainer.lora import AdapterFreeReference
     from gigpo.trainer.metrics import MetricsLogger
     from gigpo.trainer.sharding import playing_ranks
-    from gigpo.trainer.warm_start import warm_up
+    from gigpo.trainer.sft_warm_start import sft_warm_start
     from gigpo.viewer.record_files import RolloutRecorder
 
     t, a, e = config.trainer, config.algorithm, config.env
@@ -178,7 +178,7 @@ def set_up(config: Config, resume: bool = False) -> Run:
     warm_dir = run_dir / "warmup"
     if t.sft_steps > 0:
         if main and not (warm_dir / "hf" / "config.json").is_file():
-            warm_up(config, model_path, pool, prompt_fn, tokenizer, warm_dir)
+            sft_warm_start(config, model_path, pool, prompt_fn, tokenizer, warm_dir)
         barrier()
         model_path = str(warm_dir / "hf")
 
