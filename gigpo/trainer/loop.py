@@ -52,10 +52,10 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
     r = config.rollout
     # rollout.mode: where rollouts play and how weights reach the generator (async: on a producer thread,
     # the next rollout overlapping this update; gigpo/trainer/pipeline.py)
-    run.pipeline = RolloutPipeline((lambda iteration: play(run, iteration)) if run.share else None, run.generator,
-                                   r.mode, r.max_staleness, version=run.state["iteration"],
-                                   last_iteration=config.trainer.iterations, correction=correction_from_config(config),
-                                   mixed_versions=r.group_versions == "mixed")
+    run.loop.pipeline = RolloutPipeline((lambda iteration: play(run, iteration)) if run.share else None, run.generator,
+                                        r.mode, r.max_staleness, version=run.state["iteration"],
+                                        last_iteration=config.trainer.iterations, correction=correction_from_config(config),
+                                        mixed_versions=r.group_versions == "mixed")
     try:
         if broadcast_object(run.state["iteration"] == 0 and not (run.run_dir / "metrics.jsonl").exists()):
             # iteration 0: the starting policy (after warm-up, if any), so curves have a baseline
