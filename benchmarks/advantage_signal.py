@@ -71,7 +71,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from gigpo.rollout.collect import rollout
-    from gigpo.seeds import train_seeds
+    from gigpo.infra.seeds import train_seeds
     from gigpo.trainer import setup
     from gigpo.trainer.step_batch import StepBatch
 

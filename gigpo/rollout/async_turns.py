@@ -23,7 +23,7 @@ from gigpo.envs.pool import EnvPool, EpisodeView
 from gigpo.rollout.generator import CompletionCallback, Generator
 from gigpo.rollout.records import PromptFn, RolloutTally, env_answer
 from gigpo.rollout.types import Completion, SamplingSettings
-from gigpo.seeds import request_seed
+from gigpo.infra.seeds import request_seed
 
 
 class CompletionInbox:

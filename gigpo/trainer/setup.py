@@ -172,8 +172,8 @@ def set_up(config: Config, resume: bool = False) -> Run:
     import torch
     from transformers import AutoTokenizer
 
-    from gigpo.cpu_bf16 import cpu_bf16_notice
-    from gigpo.dtypes import cpu_has_fast_bf16
+    from gigpo.infra.cpu_bf16 import cpu_bf16_notice
+    from gigpo.infra.dtypes import cpu_has_fast_bf16
     from gigpo.models.resolve import resolve_model_path
     from gigpo.trainer.batching import check_token_budget
     from gigpo.trainer.checkpoint import latest_checkpoint, load_checkpoint

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gigpo.config import Config, RecipeError
-from gigpo.seeds import demo_seeds, sft_warmup_seed
+from gigpo.infra.seeds import demo_seeds, sft_warmup_seed
 
 # only what changes the warm-up's result: not evaluation, batch shape or worker settings
 IRRELEVANT_ENV = {"workers", "step_timeout_s", "eval_episodes", "eval_seed_start", "eval_kwargs", "num_groups", "group_size"}
@@ -91,7 +91,7 @@ def sft_warmup_settings(config: Config, model_path: str, seed: int) -> dict[str,
     """What a warm-up's result depends on besides code: its cache key's input. `seed` is the seed in use, not
     trainer.seed (a shared warm-up has one cache entry); `matmuls` keeps a warm-up built with widened bf16
     matmuls (an AVX2-only CPU) apart from one built with native kernels, in a cache that outlives the machine."""
-    from gigpo.cpu_bf16 import matmul_path
+    from gigpo.infra.cpu_bf16 import matmul_path
 
     t, e = config.trainer, config.env
     return {"model": model_path, "dtype": config.model.dtype, "matmuls": matmul_path(config.model.dtype),

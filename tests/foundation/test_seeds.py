@@ -1,11 +1,11 @@
-"""gigpo/seeds.py: task seeds keep the values committed results were made with; sampling seeds never overlap."""
+"""gigpo/infra/seeds.py: task seeds keep the values committed results were made with; sampling seeds never overlap."""
 from __future__ import annotations
 
 import pytest
 
 from gigpo.config import load_config
-from gigpo.seeds import (REQUESTS_PER_CALL, demo_seeds, eval_seeds, rollout_sampling_seed, train_seeds, turn_seed,
-                         sft_warmup_seed)
+from gigpo.infra.seeds import (REQUESTS_PER_CALL, demo_seeds, eval_seeds, rollout_sampling_seed, train_seeds, turn_seed,
+                               sft_warmup_seed)
 
 
 def test_task_seeds_are_the_values_runs_were_made_with():

@@ -112,8 +112,8 @@ def test_weighted_answer_loss_matches_a_hand_computation():
 def test_a_warmup_widened_on_an_avx2_cpu_is_not_reused_where_bf16_is_native(monkeypatch, dtype, keys_differ):
     """The warm-up cache outlives the machine (a checkout can move to another CPU): a bf16 warm-up built with
     widened matmuls is not bit-identical to a native one, so the two get different cache keys; fp32 shares one.
-    The CPU cannot be changed in a test, so the machine check (gigpo.cpu_bf16._widen_here) is swapped."""
-    import gigpo.cpu_bf16 as cpu_bf16
+    The CPU cannot be changed in a test, so the machine check (gigpo.infra.cpu_bf16._widen_here) is swapped."""
+    import gigpo.infra.cpu_bf16 as cpu_bf16
     from gigpo.config import load_config
     from gigpo.trainer.sft_warm_start import sft_warmup_settings
     from support.run import REPO
