@@ -22,9 +22,9 @@ from pathlib import Path
 
 from gigpo.config import load_config
 from gigpo.envs.demos import collect_demonstrations
+from gigpo.infra.seeds import demo_seeds, sft_warmup_seed
 from gigpo.models.resolve import resolve_model_path
 from gigpo.rollout.hf_backend import HFGenerator
-from gigpo.infra.seeds import demo_seeds, sft_warmup_seed
 from gigpo.trainer.evaluation import evaluate
 from gigpo.trainer.setup import build_pool, build_prompt_fn
 from gigpo.trainer.sft_warmup import response_ids, supervised_warmup

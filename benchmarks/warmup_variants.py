@@ -30,8 +30,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LM
 
 from gigpo.config import load_config
 from gigpo.envs.demos import collect_demonstrations
-from gigpo.models.resolve import resolve_model_path
 from gigpo.infra.seeds import demo_seeds
+from gigpo.models.resolve import resolve_model_path
 from gigpo.trainer.setup import build_pool, build_prompt_fn
 from gigpo.trainer.sft_warmup import AnswerWeights, answer_batch, response_ids, weighted_answer_loss
 

@@ -31,6 +31,7 @@ from torch import Tensor  # noqa: E402
 from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
 
 from gigpo.infra.cpu_bf16 import bf16_matmuls  # noqa: E402
+from gigpo.infra.seeds import minibatch_seed  # noqa: E402
 from gigpo.trainer.batching import (Layout, MicroBatch, Plan, TrainSample, collate, filler_sample,  # noqa: E402
                                     pad_plan, plan_micro_batches, unpad)
 from gigpo.trainer.losses import aggregate, kl_k3, policy_loss, token_logp_entropy, value_loss  # noqa: E402
@@ -39,7 +40,6 @@ from gigpo.trainer.rollout_correction import (Correction, SUM as CORRECTION_SUM,
                                                correction_from_config, correction_means,
                                                old_logprobs_from_generator)
 from gigpo.trainer.nonfinite import NonFiniteError  # noqa: E402  (the one NaN/inf exception; re-exported)
-from gigpo.infra.seeds import minibatch_seed  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ def play_evaluation(config: Config, pool, generator, prompt_fn, episodes: Option
     """The evaluation rollout: one episode per held-out seed, or `share`'s contiguous part of them with the
     ids they have in the whole evaluation (the training loop splits evaluation over ranks as it splits
     rollouts, and merges the parts: gigpo.trainer.sharding)."""
-    from gigpo.rollout.collect import rollout
     from gigpo.infra.seeds import rank_sampling_seed
+    from gigpo.rollout.collect import rollout
     from gigpo.trainer.sharding import Share
 
     share = share or Share()

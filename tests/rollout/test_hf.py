@@ -277,8 +277,8 @@ def test_a_rollout_reuses_prompts_across_turns_and_leaves_no_cache_behind(tiny_m
     """Played through `rollout` (real Sokoban pool): the kept prompt KV must spare prefills of prompts an
     earlier turn ran, give the episodes a full prefill gives, and be gone when the rollout ends."""
     from gigpo.config import load_config
-    from gigpo.rollout.collect import rollout
     from gigpo.infra.seeds import train_seeds
+    from gigpo.rollout.collect import rollout
     from gigpo.trainer.setup import build_pool, build_prompt_fn, sampling
 
     config = load_config("recipes/sokoban_tiny.yaml", ["env.num_groups=2", "env.group_size=4", "env.max_steps=5"])

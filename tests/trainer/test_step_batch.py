@@ -21,8 +21,8 @@ from gigpo.trainer.step_batch import StepBatch, StepBatchError, with_advantages
 def played(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from gigpo.rollout.collect import rollout
     from gigpo.infra.seeds import train_seeds
+    from gigpo.rollout.collect import rollout
     from gigpo.trainer.setup import build_pool, build_prompt_fn, sampling
 
     from rollout.test_collect import ScriptedPolicy
