@@ -70,8 +70,8 @@ def optimal_moves(text: str, env_id: str = "gigpo/Sokoban-v0") -> set[str]:
 def main() -> None:
     from transformers import AutoTokenizer
 
+    from gigpo.infra.seeds import train_seeds
     from gigpo.rollout.collect import rollout
-    from gigpo.seeds import train_seeds
     from gigpo.trainer import setup
     from gigpo.trainer.step_batch import StepBatch
 

@@ -1,4 +1,4 @@
-"""bf16 on this CPU: torch's own bf16 kernels against gigpo.cpu_bf16's widened ones, with fp32 as the yardstick.
+"""bf16 on this CPU: torch's own bf16 kernels against gigpo.infra.cpu_bf16's widened ones, with fp32 as the yardstick.
 
     PYTHONPATH=. python benchmarks/bench_cpu_bf16.py                          # SmolLM2-135M-Instruct
     PYTHONPATH=. python benchmarks/bench_cpu_bf16.py --model DIR --batch 16 --skip-native
@@ -22,8 +22,8 @@ from typing import Callable
 
 import torch
 
-from gigpo.cpu_bf16 import Bf16MatmulsInFp32
-from gigpo.dtypes import cpu_has_fast_bf16
+from gigpo.infra.cpu_bf16 import Bf16MatmulsInFp32
+from gigpo.infra.dtypes import cpu_has_fast_bf16
 
 
 def best_of(fn: Callable[[], object], repeats: int) -> float:

@@ -16,9 +16,9 @@ import time
 import torch
 
 from gigpo.config import load_config
+from gigpo.infra.seeds import train_seeds
 from gigpo.rollout.collect import rollout
 from gigpo.rollout.hf_backend import HFGenerator
-from gigpo.seeds import train_seeds
 from gigpo.trainer.setup import build_pool, build_prompt_fn, sampling
 
 MODES = {"full prefill": dict(share_prefill=False), "within a call": dict(prompt_cache_bytes=0),

@@ -217,7 +217,7 @@ class BareLoop:
         return t_ref, t_upd
 
     def run(self, iterations: int) -> list[dict]:
-        from gigpo.seeds import train_seeds
+        from gigpo.infra.seeds import train_seeds
 
         records = []
         torch.manual_seed(0)

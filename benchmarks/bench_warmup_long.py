@@ -29,7 +29,7 @@ from gigpo.envs.alfworld import SAMPLE_TASKS_DIR
 from gigpo.envs.demos import collect_demonstrations
 from gigpo.models.resolve import resolve_model_path
 from gigpo.trainer.setup import build_pool, build_prompt_fn
-from gigpo.trainer.warmup import AnswerWeights, batch_loss_backward, micro_batches, response_ids
+from gigpo.trainer.sft_warmup import AnswerWeights, batch_loss_backward, micro_batches, response_ids
 
 
 def uptime() -> str:

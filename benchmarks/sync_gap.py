@@ -18,7 +18,7 @@ import math
 import torch
 from transformers import AutoModelForCausalLM
 
-from gigpo.dtypes import torch_dtype
+from gigpo.infra.dtypes import torch_dtype
 from gigpo.models.resolve import resolve_model_path
 from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.factory import make_generator

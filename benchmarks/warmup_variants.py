@@ -30,10 +30,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LM
 
 from gigpo.config import load_config
 from gigpo.envs.demos import collect_demonstrations
+from gigpo.infra.seeds import demo_seeds
 from gigpo.models.resolve import resolve_model_path
-from gigpo.seeds import demo_seeds
 from gigpo.trainer.setup import build_pool, build_prompt_fn
-from gigpo.trainer.warmup import AnswerWeights, answer_batch, response_ids, weighted_answer_loss
+from gigpo.trainer.sft_warmup import AnswerWeights, answer_batch, response_ids, weighted_answer_loss
 
 Pair = tuple[list[int], list[int]]
 

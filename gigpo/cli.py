@@ -11,8 +11,8 @@ import importlib
 import sys
 
 from gigpo.config import ModelConfig, RecipeError, dump_config, load_config
+from gigpo.infra.progress import quiet_library_bars
 from gigpo.models.pretrained import ModelFetchError
-from gigpo.progress import quiet_library_bars
 
 # Subsystem command modules, in the order `gigpo --help` lists them.
 COMMAND_MODULES: list[str] = ["gigpo.advantage.cli", "gigpo.envs.cli", "gigpo.envs.alfworld.cli", "gigpo.rollout.cli",

@@ -425,7 +425,7 @@ class LoggingConfig(Section):
     """Observation and response texts longer than this are cut in records (the middle is dropped)."""
     progress: bool = True
     """Progress of long phases: tqdm bars on a terminal; in a log file plain lines, no carriage returns
-    (gigpo/progress.py). false: no bars (the warm-up still prints a line every tenth)."""
+    (gigpo/infra/progress.py). false: no bars (the warm-up still prints a line every tenth)."""
 
 
 class Config(Section):

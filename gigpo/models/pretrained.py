@@ -211,7 +211,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = ModelC
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the fresh model holds plain dequantised weights
-    from gigpo.dtypes import torch_dtype as to_torch_dtype
+    from gigpo.infra.dtypes import torch_dtype as to_torch_dtype
 
     torch_dtype = to_torch_dtype(dtype)
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

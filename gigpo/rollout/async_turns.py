@@ -20,10 +20,10 @@ from multiprocessing.connection import wait
 from typing import Any, Callable, Optional
 
 from gigpo.envs.pool import EnvPool, EpisodeView
+from gigpo.infra.seeds import request_seed
 from gigpo.rollout.generator import CompletionCallback, Generator
 from gigpo.rollout.records import PromptFn, RolloutTally, env_answer
 from gigpo.rollout.types import Completion, SamplingSettings
-from gigpo.seeds import request_seed
 
 
 class CompletionInbox:

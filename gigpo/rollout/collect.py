@@ -16,11 +16,11 @@ from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 from gigpo.envs.pool import EnvPool
+from gigpo.infra.seeds import turn_seed
 from gigpo.rollout.async_turns import play_async
 from gigpo.rollout.generator import Generator, Turns
 from gigpo.rollout.records import EpisodeSummary, PromptFn, Rollout, RolloutTally, StepRecord, env_answer
 from gigpo.rollout.types import SamplingSettings
-from gigpo.seeds import turn_seed
 
 __all__ = ["EpisodeSummary", "PromptFn", "Rollout", "StepRecord", "rollout"]
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Optional
 
 from gigpo.config import ModelConfig, RolloutConfig, TrainerConfig
-from gigpo.dtypes import canonical_dtype
+from gigpo.infra.dtypes import canonical_dtype
 
 if TYPE_CHECKING:
     import argparse

@@ -6,8 +6,8 @@ from typing import Iterable, Optional
 import torch
 
 from gigpo.config import ModelConfig, RolloutConfig
-from gigpo.cpu_bf16 import bf16_matmuls
-from gigpo.dtypes import torch_dtype
+from gigpo.infra.cpu_bf16 import bf16_matmuls
+from gigpo.infra.dtypes import torch_dtype
 from gigpo.rollout.generator import Generator, check_prompts, check_version
 from gigpo.rollout.prompt_cache import LayerKV, PromptKVStore
 from gigpo.rollout.types import Completion, SamplingSettings

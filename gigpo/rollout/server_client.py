@@ -28,8 +28,8 @@ import requests
 import torch
 
 from gigpo.config import RolloutConfig
-from gigpo.dtypes import torch_dtype
-from gigpo.ports import free_port
+from gigpo.infra.dtypes import torch_dtype
+from gigpo.infra.ports import free_port
 from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.generator import CompletionCallback, Generator, check_version
 from gigpo.rollout.types import Completion, SamplingSettings

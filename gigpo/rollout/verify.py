@@ -17,7 +17,7 @@ from typing import Iterable, Optional
 
 import torch
 
-from gigpo.cpu_bf16 import bf16_matmuls
+from gigpo.infra.cpu_bf16 import bf16_matmuls
 from gigpo.rollout.generator import Generator
 from gigpo.rollout.types import Completion, SamplingSettings
 
@@ -121,7 +121,7 @@ def follow_forwards(model: torch.nn.Module, probe: list[int], count: int) -> Non
 
 def default_tolerance(dtype: str) -> tuple[float, float]:
     """(atol, mean_atol) for a recipe's `model.dtype`."""
-    from gigpo.dtypes import torch_dtype
+    from gigpo.infra.dtypes import torch_dtype
 
     return DEFAULT_TOLERANCE[torch_dtype(dtype)]
 

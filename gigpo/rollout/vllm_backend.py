@@ -14,9 +14,9 @@ from typing import Any, Iterable, Optional
 
 import torch
 
-from gigpo.dtypes import canonical_dtype
-from gigpo.ports import free_port
-from gigpo.progress import is_terminal
+from gigpo.infra.dtypes import canonical_dtype
+from gigpo.infra.ports import free_port
+from gigpo.infra.progress import is_terminal
 from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.generator import CompletionCallback, Generator, check_prompts, check_version
 from gigpo.rollout.types import Completion, SamplingSettings

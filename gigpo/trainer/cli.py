@@ -14,9 +14,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from gigpo.trainer.loop import launch_or_train
     from gigpo.trainer.nonfinite import NonFiniteError
 
+    from gigpo.infra.stopping import StopRequested, stop_on_signals
     from gigpo.plan import PlanError, check_fits
     from gigpo.rollout.verify import SyncMismatchError
-    from gigpo.stopping import StopRequested, stop_on_signals
 
     config = load_config(args.recipe, args.overrides)
     stop_on_signals()
@@ -61,11 +61,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from gigpo.compare import run_all, write_report
     from gigpo.config import load_config
-    from gigpo.stopping import StopRequested, stop_on_signals
+    from gigpo.experiments.compare import run_all, write_report
+    from gigpo.infra.stopping import StopRequested, stop_on_signals
 
-    from gigpo.compare import parse_variant
+    from gigpo.experiments.compare import parse_variant
 
     config = load_config(args.recipe, args.overrides)  # fail now, not in the first run, on a bad recipe
     try:

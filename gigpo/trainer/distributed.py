@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Optional, Sequence, TypeVar
 
-from gigpo.ports import free_port
+from gigpo.infra.ports import free_port
 
 T = TypeVar("T")
 
@@ -264,12 +264,12 @@ def relaunch_if_needed(argv: Sequence[str], nprocs: int, module: str = "gigpo.cl
 
     Returns None when the caller should just carry on in this process (one rank, or already a rank).
     The launcher and ranks get a process group of their own: when this process is stopped (SIGTERM via
-    gigpo.stopping, Ctrl-C) it stops that group, since DeepSpeed's runner would die alone and leave the
+    gigpo.infra.stopping, Ctrl-C) it stops that group, since DeepSpeed's runner would die alone and leave the
     ranks training.
     """
     import subprocess
 
-    from gigpo.stopping import stop_process_group
+    from gigpo.infra.stopping import stop_process_group
 
     if nprocs <= 1 or launched():
         return None

@@ -30,7 +30,8 @@ import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
 
-from gigpo.cpu_bf16 import bf16_matmuls  # noqa: E402
+from gigpo.infra.cpu_bf16 import bf16_matmuls  # noqa: E402
+from gigpo.infra.seeds import minibatch_seed  # noqa: E402
 from gigpo.trainer.batching import (Layout, MicroBatch, Plan, TrainSample, collate, filler_sample,  # noqa: E402
                                     pad_plan, plan_micro_batches, unpad)
 from gigpo.trainer.losses import aggregate, kl_k3, policy_loss, token_logp_entropy, value_loss  # noqa: E402
@@ -39,12 +40,12 @@ from gigpo.trainer.rollout_correction import (Correction, SUM as CORRECTION_SUM,
                                                correction_from_config, correction_means,
                                                old_logprobs_from_generator)
 from gigpo.trainer.nonfinite import NonFiniteError  # noqa: E402  (the one NaN/inf exception; re-exported)
-from gigpo.seeds import minibatch_seed  # noqa: E402
 
 
 @dataclass(frozen=True)
-class EngineSettings:
-    """How an engine is built and fed. Defaults live in gigpo.config: build with `settings_from_config`."""
+class TrainingEngineSettings:
+    """How a DeepSpeed engine (actor, reference, critic) is built and fed; the generation engine's are
+    gigpo.rollout.engine_settings.EngineSettings. Defaults live in gigpo.config: build with `settings_from_config`."""
 
     zero_stage: int
     dtype: Literal["bf16", "fp32"]
@@ -87,10 +88,10 @@ class LossSettings:
     """logp_old are the generator's own (trainer.old_logprobs: generator): the correction reads live log-probs."""
 
 
-def settings_from_config(config: Any, critic: bool = False) -> tuple[EngineSettings, LossSettings]:
+def settings_from_config(config: Any, critic: bool = False) -> tuple[TrainingEngineSettings, LossSettings]:
     """Engine and loss settings from a gigpo Config (the actor's, or the critic's with `critic=True`)."""
     t, m, a = config.trainer, config.model, config.algorithm
-    engine = EngineSettings(
+    engine = TrainingEngineSettings(
         zero_stage=t.zero_stage, dtype=m.dtype, gradient_checkpointing=m.gradient_checkpointing,
         micro_token_budget=t.micro_token_budget, mini_batch_size=t.mini_batch_size, mini_batches=t.mini_batches,
         ppo_epochs=t.ppo_epochs, lr=t.critic_lr if critic else t.lr, weight_decay=t.weight_decay,
@@ -104,7 +105,7 @@ def settings_from_config(config: Any, critic: bool = False) -> tuple[EngineSetti
     return engine, loss
 
 
-def deepspeed_config(s: EngineSettings, train: bool = True) -> dict[str, Any]:
+def deepspeed_config(s: TrainingEngineSettings, train: bool = True) -> dict[str, Any]:
     """The DeepSpeed config for an engine; `train=False` for a frozen model (no optimizer)."""
     cfg: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": 1,
@@ -122,7 +123,7 @@ def deepspeed_config(s: EngineSettings, train: bool = True) -> dict[str, Any]:
     return cfg
 
 
-def warmup_schedule(warmup_steps: int) -> Optional[Callable[[torch.optim.Optimizer], LambdaLR]]:
+def lr_warmup_schedule(warmup_steps: int) -> Optional[Callable[[torch.optim.Optimizer], LambdaLR]]:
     """Linear warm-up: optimizer step t (from 0) uses lr * min(1, (t + 1) / warmup_steps).
 
     Not DeepSpeed's WarmupLR: its linear ramp starts at 0 and spends the first two steps at lr 0.
@@ -133,7 +134,7 @@ def warmup_schedule(warmup_steps: int) -> Optional[Callable[[torch.optim.Optimiz
     return lambda optimizer: LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps))
 
 
-def _load_hf(model_path: str, s: EngineSettings, ds_config: dict[str, Any], value_head: bool):
+def _load_hf(model_path: str, s: TrainingEngineSettings, ds_config: dict[str, Any], value_head: bool):
     """Load the HF model; under ZeRO-3 straight into partitions, never whole on one rank.
 
     transformers partitions at load while an HfDeepSpeedConfig object is alive (a process-wide weak
@@ -165,7 +166,7 @@ def _device() -> torch.device:
 class _MicroBatchedModel:
     """Shared by all engines: micro-batched forwards over samples, spread over ranks."""
 
-    settings: EngineSettings
+    settings: TrainingEngineSettings
     info: RankInfo
     layout: Layout
     """The resolved layout (`_choose_layout`, called by every engine's constructor before its first forward)."""
@@ -339,7 +340,7 @@ class _TrainedEngine(_MicroBatchedModel):
     """Optimizer steps of this update() taken before the mini-batch in progress (0: the weights are its start)."""
     _value_head: bool = False
 
-    def __init__(self, model_path: str, settings: EngineSettings, loss: LossSettings):
+    def __init__(self, model_path: str, settings: TrainingEngineSettings, loss: LossSettings):
         self.settings, self.loss = settings, loss
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings)
@@ -348,7 +349,7 @@ class _TrainedEngine(_MicroBatchedModel):
         if settings.lora is not None:  # adapters (and a critic's head) are all the optimizer sees
             model = lora.wrap(model, settings.lora, value_head=self._value_head)
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=lora.trainable_parameters(model),
-                                               config=self.ds_config, lr_scheduler=warmup_schedule(settings.warmup_steps))
+                                               config=self.ds_config, lr_scheduler=lr_warmup_schedule(settings.warmup_steps))
 
     def _module(self) -> torch.nn.Module:
         return self.engine
@@ -587,7 +588,7 @@ class ReferenceModel(_PolicyForward):
     actor's; otherwise a plain module in the training dtype.
     """
 
-    def __init__(self, model_path: str, settings: EngineSettings):
+    def __init__(self, model_path: str, settings: TrainingEngineSettings):
         self.settings = settings
         self.info = init_distributed()
         self.ds_config = deepspeed_config(settings, train=False)
@@ -597,7 +598,7 @@ class ReferenceModel(_PolicyForward):
         if settings.zero_stage == 3:  # loaded partitioned (HfDeepSpeedConfig): only an engine can run it
             self.module, *_ = deepspeed.initialize(model=model, config=self.ds_config)
         else:
-            from gigpo.dtypes import torch_dtype
+            from gigpo.infra.dtypes import torch_dtype
 
             self.module = model.to(device=_device(), dtype=torch_dtype(settings.dtype))
         self.module.eval()

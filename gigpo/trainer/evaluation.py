@@ -5,8 +5,8 @@ import math
 from typing import TYPE_CHECKING, Optional
 
 from gigpo.config import Config
-from gigpo.progress import LINE_EVERY_S, Progress
-from gigpo.seeds import eval_sampling_seed, eval_seeds
+from gigpo.infra.progress import LINE_EVERY_S, Progress
+from gigpo.infra.seeds import eval_sampling_seed, eval_seeds
 from gigpo.trainer.setup import build_generator, build_pool, build_prompt_fn, sampling
 
 if TYPE_CHECKING:
@@ -37,8 +37,8 @@ def play_evaluation(config: Config, pool, generator, prompt_fn, episodes: Option
     """The evaluation rollout: one episode per held-out seed, or `share`'s contiguous part of them with the
     ids they have in the whole evaluation (the training loop splits evaluation over ranks as it splits
     rollouts, and merges the parts: gigpo.trainer.sharding)."""
+    from gigpo.infra.seeds import rank_sampling_seed
     from gigpo.rollout.collect import rollout
-    from gigpo.seeds import rank_sampling_seed
     from gigpo.trainer.sharding import Share
 
     share = share or Share()

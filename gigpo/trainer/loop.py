@@ -11,7 +11,7 @@ the loss needs (its denominators) cross ranks. Rank 0 alone keeps the logs, from
 for `gigpo view`'s records when one is due, every rank's step records). Where an engine spans several ranks
 (rollout.tensor_parallel_size), its ranks play the same share in step and each trains on its part of the
 rows. Where rank 0 alone plays (a remote server), it hands each rank a share of its groups to train on. Seeds of iteration i depend only on
-(trainer.seed, i) (gigpo/seeds.py), so a resumed run replays exactly the iterations a crash interrupted.
+(trainer.seed, i) (gigpo/infra/seeds.py), so a resumed run replays exactly the iterations a crash interrupted.
 What exists before the first iteration is built in setup.py; evaluation is evaluation.py; one
 iteration's steps travel as a StepBatch (step_batch.py).
 """
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import numpy as np
 
 from gigpo.config import Config
-from gigpo.seeds import probe_seed, rank_sampling_seed, rollout_sampling_seed, train_seeds
+from gigpo.infra.seeds import probe_seed, rank_sampling_seed, rollout_sampling_seed, train_seeds
 from gigpo.trainer.nonfinite import require_finite
 from gigpo.trainer.pipeline import RolloutPipeline
 from gigpo.trainer.rollout_correction import correction_from_config
@@ -52,10 +52,10 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
     r = config.rollout
     # rollout.mode: where rollouts play and how weights reach the generator (async: on a producer thread,
     # the next rollout overlapping this update; gigpo/trainer/pipeline.py)
-    run.pipeline = RolloutPipeline((lambda iteration: play(run, iteration)) if run.share else None, run.generator,
-                                   r.mode, r.max_staleness, version=run.state["iteration"],
-                                   last_iteration=config.trainer.iterations, correction=correction_from_config(config),
-                                   mixed_versions=r.group_versions == "mixed")
+    run.loop.pipeline = RolloutPipeline((lambda iteration: play(run, iteration)) if run.share else None, run.generator,
+                                        r.mode, r.max_staleness, version=run.state["iteration"],
+                                        last_iteration=config.trainer.iterations, correction=correction_from_config(config),
+                                        mixed_versions=r.group_versions == "mixed")
     try:
         if broadcast_object(run.state["iteration"] == 0 and not (run.run_dir / "metrics.jsonl").exists()):
             # iteration 0: the starting policy (after warm-up, if any), so curves have a baseline
@@ -358,7 +358,7 @@ def peak_rss_gb() -> float:
 
 def finish(run_dir: Path, state: dict[str, Any]) -> dict[str, Any]:
     """Curves, a final summary on the console, and `done.json` (what `gigpo compare` looks for)."""
-    from gigpo.plots import plot_run
+    from gigpo.experiments.plots import plot_run
     from gigpo.trainer.metrics import read_metrics
 
     records = read_metrics(run_dir)

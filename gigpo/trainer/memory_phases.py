@@ -13,9 +13,12 @@ engine generates while the update runs) nothing moves, and the reason is logged 
 from __future__ import annotations
 
 import time
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import torch
+
+if TYPE_CHECKING:
+    from gigpo.trainer.setup import Run
 
 Phase = Literal["generation", "update"]
 _LOGGED: set[str] = set()
@@ -79,10 +82,6 @@ class MemoryPhases:
         return {f"time/phase_{phase}": time.perf_counter() - started, f"perf/gpu_free_gb/{phase}": free / 2**30}
 
 
-def enter_phase(run: Any, phase: Phase) -> dict[str, float]:
-    """The loop's call: `run`'s phases (built on first use, kept on the run) moved to `phase`."""
-    phases = getattr(run, "memory_phases", None)
-    if phases is None:
-        phases = MemoryPhases.from_config(run.config, run.generator, run.reference)
-        run.memory_phases = phases
-    return phases.enter(phase)
+def enter_phase(run: Run, phase: Phase) -> dict[str, float]:
+    """The loop's call: `run`'s phases (`Run.memory_phases`, built by set_up) moved to `phase`."""
+    return run.memory_phases.enter(phase)

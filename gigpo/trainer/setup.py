@@ -1,22 +1,37 @@
 """Everything the training loop needs before its first iteration, built once from the config.
 
-`set_up(config, resume)` returns a `Run`: the model (after the supervised warm-up, if any), the
+`set_up(config, resume)` returns a frozen `Run`: the model (after the supervised warm-up, if any), the
 DeepSpeed engines (actor; reference for KL; critic for PPO), on every rank that plays (all of them with
 an in-process generator, rank 0 with a remote server: gigpo.trainer.sharding) the env pools, prompt
 builder, generator and sync verifier, and on rank 0 the metrics logger and rollout recorder;
-`Run.close()` releases them.
+`Run.close()` releases them. What the loop changes (its counters, the rollout pipeline) is the Run's `loop`.
 The `build_*` helpers are also what `gigpo eval` and the benchmarks build their pieces with.
 """
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
 from gigpo.config import Config, dump_config
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from gigpo.envs.pool import EnvPool
+    from gigpo.rollout.generator import Generator
+    from gigpo.rollout.records import PromptFn
+    from gigpo.rollout.verify import ProbeFollower, SyncVerifier
+    from gigpo.trainer.engines import ActorEngine, CriticEngine, ReferenceModel
+    from gigpo.trainer.lora import AdapterFreeReference
+    from gigpo.trainer.memory_phases import MemoryPhases
+    from gigpo.trainer.metrics import MetricsLogger
+    from gigpo.trainer.pipeline import RolloutPipeline
+    from gigpo.trainer.sharding import Share
+    from gigpo.viewer.record_files import RolloutRecorder
 
 
 def build_generator(config: Config, model_path: str):
@@ -82,36 +97,61 @@ def push_weights(actor, generator, version: int, verifier=None) -> dict[str, flo
     return {} if gap is None else {"rollout/sync_gap_max": gap}
 
 
-@dataclass
+@dataclass(eq=False)
+class LoopState:
+    """What changes while the loop runs, kept in one plainly mutable object so that `Run` itself is frozen.
+
+    `counters` are what a checkpoint keeps of the loop (its `loop_state`): the last finished iteration and
+    the env steps so far; the loop advances them in place. `pipeline` is the RolloutPipeline (rollout.mode),
+    which the loop builds after the Run exists because its producer plays through the Run (`play(run, i)`).
+    """
+
+    counters: dict[str, Any]
+    pipeline: Optional[RolloutPipeline] = None
+
+
+@dataclass(frozen=True, eq=False)
 class Run:
-    """What the loop works with; pools and generator on the ranks that play (`share`), the logger on rank 0."""
+    """What the loop works with, built once by `set_up`; pools and generator on the ranks that play (`share`),
+    the logger on rank 0. Frozen: what changes while the loop runs lives in `loop` (a LoopState)."""
 
     config: Config
     main: bool
     world_size: int
     run_dir: Path
     model_path: str
-    tokenizer: Any
-    actor: Any
-    reference: Any = None
-    critic: Any = None
-    pool: Any = None
-    eval_pool: Any = None
-    prompt_fn: Any = None
-    generator: Any = None
-    verifier: Any = None
-    logger: Any = None
-    recorder: Any = None
-    pipeline: Any = None
-    """The RolloutPipeline (rollout.mode), built by the loop on every rank."""
-    share: Any = None
+    tokenizer: PreTrainedTokenizerBase
+    actor: ActorEngine
+    reference: Optional[Union[ReferenceModel, AdapterFreeReference]]
+    """The frozen policy of the KL term (None without KL); with LoRA, the actor with its adapters off."""
+    critic: Optional[CriticEngine]
+    """PPO's value model (None for the other estimators)."""
+    pool: Optional[EnvPool]
+    eval_pool: Optional[EnvPool]
+    prompt_fn: Optional[PromptFn]
+    generator: Optional[Generator]
+    verifier: Optional[Union[SyncVerifier, ProbeFollower]]
+    logger: Optional[MetricsLogger]
+    """Rank 0's metrics log (None on the other ranks)."""
+    recorder: RolloutRecorder
+    """Rollout records for `gigpo view` (logging.rollouts_every; 0 writes none)."""
+    share: Optional[Share]
     """This rank's place among the ranks that play (a sharding.Share); None on a rank that plays nothing."""
-    from_generator: bool = False
+    from_generator: bool
     """Old log-probs come from the generator (old_logprobs_from_generator)."""
-    memory_phases: Any = None
-    """What moves between generation and update on this rank (memory_phases.MemoryPhases), built on first use."""
-    state: dict[str, Any] = field(default_factory=lambda: {"iteration": 0, "env_steps_total": 0})
-    """What a checkpoint keeps of the loop: the last finished iteration, env steps so far."""
+    memory_phases: MemoryPhases
+    """What moves between generation and update on this rank (memory_phases.py); it tracks its own phase."""
+    loop: LoopState
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The loop's checkpointed counters (`loop.counters`): "iteration" (last finished), "env_steps_total"."""
+        return self.loop.counters
+
+    @property
+    def pipeline(self) -> Optional[RolloutPipeline]:
+        """The RolloutPipeline (rollout.mode), built by the loop on every rank (`loop.pipeline`)."""
+        return self.loop.pipeline
 
     def close(self) -> None:
         from gigpo.trainer.distributed import shutdown_distributed
@@ -132,8 +172,8 @@ def set_up(config: Config, resume: bool = False) -> Run:
     import torch
     from transformers import AutoTokenizer
 
-    from gigpo.cpu_bf16 import cpu_bf16_notice
-    from gigpo.dtypes import cpu_has_fast_bf16
+    from gigpo.infra.cpu_bf16 import cpu_bf16_notice
+    from gigpo.infra.dtypes import cpu_has_fast_bf16
     from gigpo.models.resolve import resolve_model_path
     from gigpo.trainer.batching import check_token_budget
     from gigpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
@@ -141,10 +181,11 @@ def set_up(config: Config, resume: bool = False) -> Run:
     from gigpo.trainer import rollout_correction
     from gigpo.trainer.engines import ActorEngine, CriticEngine, ReferenceModel, settings_from_config
     from gigpo.trainer.lora import AdapterFreeReference
+    from gigpo.trainer.memory_phases import MemoryPhases
     from gigpo.trainer.metrics import MetricsLogger
     from gigpo.trainer.sharding import playing_ranks
-    from gigpo.trainer.warm_start import warm_up
-    from gigpo.viewer.records import RolloutRecorder
+    from gigpo.trainer.sft_warm_start import sft_warm_start
+    from gigpo.viewer.record_files import RolloutRecorder
 
     t, a, e = config.trainer, config.algorithm, config.env
     # fail on a bad recipe before any model, process or environment is started
@@ -178,56 +219,59 @@ def set_up(config: Config, resume: bool = False) -> Run:
     warm_dir = run_dir / "warmup"
     if t.sft_steps > 0:
         if main and not (warm_dir / "hf" / "config.json").is_file():
-            warm_up(config, model_path, pool, prompt_fn, tokenizer, warm_dir)
+            sft_warm_start(config, model_path, pool, prompt_fn, tokenizer, warm_dir)
         barrier()
         model_path = str(warm_dir / "hf")
 
     # ---- engines: actor (trained), reference (frozen, for KL), critic (PPO only)
     engine_settings, loss_settings = settings_from_config(config)
     actor = ActorEngine(model_path, engine_settings, loss_settings)
-    run = Run(config, main, rank.world_size, run_dir, model_path, tokenizer, actor, pool=pool, eval_pool=eval_pool,
-              prompt_fn=prompt_fn, recorder=RolloutRecorder.from_config(config, run_dir),  # records for `gigpo view`
-              share=share)
+    recorder = RolloutRecorder.from_config(config, run_dir)  # records for `gigpo view`
+    reference = None
     if a.kl_coef > 0:  # with LoRA the reference is the actor with its adapters off: no second model
-        run.reference = AdapterFreeReference(actor) if engine_settings.lora else ReferenceModel(model_path, engine_settings)
-    if a.estimator == "ppo":
-        run.critic = CriticEngine(model_path, *settings_from_config(config, critic=True))
+        reference = AdapterFreeReference(actor) if engine_settings.lora else ReferenceModel(model_path, engine_settings)
+    critic = CriticEngine(model_path, *settings_from_config(config, critic=True)) if a.estimator == "ppo" else None
+    counters: dict[str, Any] = {"iteration": 0, "env_steps_total": 0}
     if checkpoint is not None:
-        restored = load_checkpoint(checkpoint, actor, run.critic)
-        run.state = {**run.state, **restored.loop_state, "iteration": restored.iteration}
+        restored = load_checkpoint(checkpoint, actor, critic)
+        counters = {**counters, **restored.loop_state, "iteration": restored.iteration}
 
     # ---- generator (each playing rank its own, on its own device) and logs (rank 0)
-    run.generator = build_generator(config, model_path) if share else None
+    generator = build_generator(config, model_path) if share else None
     if share and share.replicas > 1:
         print(f"gigpo: rank {rank.rank} plays share {share.rank + 1} of {share.ranks} of every rollout and evaluation "
               f"as rank {share.replica + 1} of {share.replicas} of one tensor-parallel vLLM engine (vLLM executor "
-              f"{run.generator.executor}) with its own env pool, and trains on every {share.replicas}th of its rows",
+              f"{generator.executor}) with its own env pool, and trains on every {share.replicas}th of its rows",
               flush=True)
     elif share and share.ranks > 1:
         print(f"gigpo: rank {rank.rank} plays share {share.rank + 1} of {share.ranks} of every rollout and evaluation "
               f"with its own {config.rollout.backend} generator"
-              f"{f' (vLLM executor {run.generator.executor})' if hasattr(run.generator, 'executor') else ''} and env pool",
+              f"{f' (vLLM executor {generator.executor})' if hasattr(generator, 'executor') else ''} and env pool",
               flush=True)
-    run.from_generator = rollout_correction.old_logprobs_from_generator(config)
     if config.rollout.server_urls:
         # an external server holds what it was started with, or what an earlier run left in it (another
         # version, the base model where this run starts from a warm-up, or not the checkpoint it resumes
         # from): give it this run's start before the sync check's probe asks it for that version
         weights = actor.named_weights()  # every rank iterates them: ZeRO-3 gathers are collective
-        if run.generator is not None:
-            run.generator.update_weights(weights, version=run.state["iteration"], initial=True)
+        if generator is not None:
+            generator.update_weights(weights, version=counters["iteration"], initial=True)
         else:
             for _ in weights:
                 pass
-    run.verifier = build_verifier(config, run.generator, actor.hf_module().config.vocab_size, rank.world_size)
-    if run.verifier is not None and config.rollout.server_urls and checkpoint is not None:
-        run.verifier.check(actor.hf_module())  # the resumed start, as push_weights checks every other sync
+    verifier = build_verifier(config, generator, actor.hf_module().config.vocab_size, rank.world_size)
+    if verifier is not None and config.rollout.server_urls and checkpoint is not None:
+        verifier.check(actor.hf_module())  # the resumed start, as push_weights checks every other sync
+    logger = None
     if main:
-        run.logger = MetricsLogger(run_dir, config.logging.wandb_mode, config.logging.wandb_project,
-                                   config.model_dump(mode="json"), run_dir.name)
-        run.logger.truncate_after(run.state["iteration"])
-        print(f"gigpo: training {a.estimator} on {e.id} with {model_path}: iterations {run.state['iteration'] + 1}.."
+        logger = MetricsLogger(run_dir, config.logging.wandb_mode, config.logging.wandb_project,
+                               config.model_dump(mode="json"), run_dir.name)
+        logger.truncate_after(counters["iteration"])
+        print(f"gigpo: training {a.estimator} on {e.id} with {model_path}: iterations {counters['iteration'] + 1}.."
               f"{t.iterations}, {e.num_groups} groups x {e.group_size}, run dir {run_dir}", flush=True)
     if checkpoint is not None and not config.rollout.server_urls:
-        push_weights(actor, run.generator, run.state["iteration"], run.verifier)
-    return run
+        push_weights(actor, generator, counters["iteration"], verifier)
+    return Run(config=config, main=main, world_size=rank.world_size, run_dir=run_dir, model_path=model_path,
+               tokenizer=tokenizer, actor=actor, reference=reference, critic=critic, pool=pool, eval_pool=eval_pool,
+               prompt_fn=prompt_fn, generator=generator, verifier=verifier, logger=logger, recorder=recorder,
+               share=share, from_generator=rollout_correction.old_logprobs_from_generator(config),
+               memory_phases=MemoryPhases.from_config(config, generator, reference), loop=LoopState(counters))

@@ -21,8 +21,8 @@ from torch import Tensor
 from gigpo.advantage.anchors import anchor_keys
 from gigpo.advantage.estimators import AdvantageResult, compute_advantages
 from gigpo.advantage.rows import StepRows
+from gigpo.infra.seeds import placebo_order
 from gigpo.rollout.records import StepRecord
-from gigpo.seeds import placebo_order
 from gigpo.trainer.action_tokens import action_token_mask
 from gigpo.trainer.batching import TrainSample
 from gigpo.trainer.nonfinite import require_finite

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from gigpo.viewer.records import RECORDS_DIR
+from gigpo.viewer.record_files import RECORDS_DIR
 
 RECORD_FILE = re.compile(r"^(\d{6,})-(train|eval)\.jsonl\.gz$")
 TABLE_KEYS = ("rollout/success", "rollout/return", "rollout/invalid_action_rate", "rollout/episode_length",
               "eval/success", "adv/step_groups", "adv/step_group_size_mean", "adv/step_group_size_max",
               "adv/singleton_row_share", "revisit/self_revisit_share", "adv/zero_advantage_share")
-"""Metrics the iteration table shows (the curves are gigpo.plots.RUN_CURVES, as in curves.png)."""
+"""Metrics the iteration table shows (the curves are gigpo.experiments.plots.RUN_CURVES, as in curves.png)."""
 
 
 class NotARunError(ValueError):
@@ -39,7 +39,7 @@ class RunIndex:
     files: dict[str, Path] = field(default_factory=dict)
 
     def overview(self) -> dict[str, Any]:
-        from gigpo.plots import RUN_CURVES
+        from gigpo.experiments.plots import RUN_CURVES
 
         return {"name": self.path.name, "path": str(self.path), "config": self.config, "metrics": self.metrics,
                 "curves": [list(c) for c in RUN_CURVES], "table_keys": list(TABLE_KEYS), "records": self.records,
@@ -87,7 +87,7 @@ def _metrics(path: Path, keep: set[str]) -> list[dict[str, Any]]:
 
 def open_run(path: str | Path) -> RunIndex:
     """Index a run directory; raises NotARunError (a one-line message) for anything else."""
-    from gigpo.plots import RUN_CURVES
+    from gigpo.experiments.plots import RUN_CURVES
 
     run = Path(path).expanduser()
     if not run.is_dir():

@@ -51,8 +51,8 @@ class _CutOffEveryOtherAnswer(Generator):
 
 def test_the_rollout_marks_answers_cut_off_by_max_new_tokens_and_they_play_as_invalid():
     from gigpo.config import load_config
+    from gigpo.infra.seeds import train_seeds
     from gigpo.rollout.collect import rollout
-    from gigpo.seeds import train_seeds
     from gigpo.trainer.setup import build_pool, sampling
 
     config = load_config("recipes/sokoban_tiny.yaml", ["env.num_groups=1", "env.group_size=4", "env.max_steps=2",

@@ -1,11 +1,11 @@
-"""bf16 matmuls widened to fp32 kernels (gigpo.cpu_bf16): which kernels see fp32, and what comes back."""
+"""bf16 matmuls widened to fp32 kernels (gigpo.infra.cpu_bf16): which kernels see fp32, and what comes back."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from gigpo.cpu_bf16 import WIDENED_OPS, Bf16MatmulsInFp32, bf16_matmuls, cpu_bf16_notice, needs_widened_bf16
-from gigpo.dtypes import cpu_has_fast_bf16
+from gigpo.infra.cpu_bf16 import WIDENED_OPS, Bf16MatmulsInFp32, bf16_matmuls, cpu_bf16_notice, needs_widened_bf16
+from gigpo.infra.dtypes import cpu_has_fast_bf16
 from support.dispatch import OperandDtypes
 
 BF16_EPS = torch.finfo(torch.bfloat16).eps

@@ -46,8 +46,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("gigpo/rollout/types.py", "stop"):
         "a sampling call without stop strings (the sync probe, greedy checks); the rollout passes rollout.stop",
     ("gigpo/trainer/distributed.py", "backend"): "torch.distributed's backend (gloo, nccl), not rollout.backend",
-    ("gigpo/compare.py", "eval_episodes"): "a compared run's count of evaluation episodes, a result, not the setting",
-    ("gigpo/cpu_bf16.py", "kwargs"): "torch's __torch_dispatch__ signature, not env.kwargs",
+    ("gigpo/experiments/compare.py", "eval_episodes"):
+        "a compared run's count of evaluation episodes, a result, not the setting",
+    ("gigpo/infra/cpu_bf16.py", "kwargs"): "torch's __torch_dispatch__ signature, not env.kwargs",
     ("gigpo/envs/pool.py", "max_steps"):
         "None: the env's own step cap (its registered TimeLimit); the trainer passes env.max_steps",
     ("gigpo/envs/webshop/baselines.py", "max_steps"):

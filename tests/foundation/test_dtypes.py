@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gigpo.dtypes import canonical_dtype, cpu_has_fast_bf16, torch_dtype
+from gigpo.infra.dtypes import canonical_dtype, cpu_has_fast_bf16, torch_dtype
 
 
 def test_names_map_to_torch_and_a_bad_one_lists_the_good_ones():

@@ -1,4 +1,4 @@
-"""gigpo/progress.py: a tqdm bar on a terminal, plain lines in a log file (no carriage returns)."""
+"""gigpo/infra/progress.py: a tqdm bar on a terminal, plain lines in a log file (no carriage returns)."""
 from __future__ import annotations
 
 import fcntl
@@ -7,7 +7,7 @@ import select
 import struct
 import termios
 
-from gigpo.progress import Progress
+from gigpo.infra.progress import Progress
 
 
 def test_a_log_file_gets_a_plain_line_per_tenth_and_no_carriage_return(tmp_path):

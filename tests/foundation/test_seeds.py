@@ -1,11 +1,11 @@
-"""gigpo/seeds.py: task seeds keep the values committed results were made with; sampling seeds never overlap."""
+"""gigpo/infra/seeds.py: task seeds keep the values committed results were made with; sampling seeds never overlap."""
 from __future__ import annotations
 
 import pytest
 
 from gigpo.config import load_config
-from gigpo.seeds import (REQUESTS_PER_CALL, demo_seeds, eval_seeds, rollout_sampling_seed, train_seeds, turn_seed,
-                         warmup_seed)
+from gigpo.infra.seeds import (REQUESTS_PER_CALL, demo_seeds, eval_seeds, rollout_sampling_seed, train_seeds, turn_seed,
+                               sft_warmup_seed)
 
 
 def test_task_seeds_are_the_values_runs_were_made_with():
@@ -18,8 +18,8 @@ def test_task_seeds_are_the_values_runs_were_made_with():
     # iteration 4, re-draw 2: slot (4 - 1) * (2 + 1) + 2 = 11
     assert train_seeds(config, 4, 2)[0] == e.train_seed_start + 3 * 10_000_000 + 11 * 16
     assert eval_seeds(config) == list(range(e.eval_seed_start, e.eval_seed_start + 5))
-    assert warmup_seed(config.trainer) == 3
-    assert warmup_seed(load_config("recipes/sokoban_tiny.yaml", ["trainer.sft_seed=7"]).trainer) == 7
+    assert sft_warmup_seed(config.trainer) == 3
+    assert sft_warmup_seed(load_config("recipes/sokoban_tiny.yaml", ["trainer.sft_seed=7"]).trainer) == 7
     assert demo_seeds(e, 3, 4) == [e.train_seed_start + 5_000_000_000 + 300_000 + i for i in range(4)]
     assert rollout_sampling_seed(3, 5) == 3 * 100_003 + 5
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from gigpo.config import load_config
-from gigpo.dtypes import cpu_has_fast_bf16
 from gigpo.envs.pool import EnvPool
+from gigpo.infra.dtypes import cpu_has_fast_bf16
 from gigpo.rollout.verify import default_tolerance
 from gigpo.trainer.setup import build_prompt_fn
 from support.run import REPO, gigpo
@@ -20,7 +20,7 @@ from .conftest import NAME
 SMOLLM_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM"
 DTYPE = "bf16" if cpu_has_fast_bf16() else "fp32"
 """The recipes' bf16 where this CPU computes it natively. On an AVX2-only CPU the trainer widens bf16 matmuls
-(gigpo.cpu_bf16) but vLLM's bf16 kernels stay emulated (6.6x slower generation, a 2x slower engine start), so
+(gigpo.infra.cpu_bf16) but vLLM's bf16 kernels stay emulated (6.6x slower generation, a 2x slower engine start), so
 there the real model's path (tokenizer, template, vocabulary, vLLM sync) is checked in fp32; bf16's numerics
 stay covered with the tiny model and on AVX-512 machines."""
 RUN = [f"model.path={NAME}", f"model.dtype={DTYPE}", "env.prompt_template=null", "env.history_length=1",

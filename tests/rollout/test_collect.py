@@ -46,8 +46,8 @@ def played(tiny_model_dir):
     from transformers import AutoTokenizer
 
     from gigpo.config import load_config
+    from gigpo.infra.seeds import train_seeds
     from gigpo.rollout.collect import rollout
-    from gigpo.seeds import train_seeds
     from gigpo.trainer.setup import build_pool, build_prompt_fn, sampling
 
     config = load_config("recipes/sokoban_tiny.yaml", ["env.num_groups=3", "env.group_size=4", "env.max_steps=5",

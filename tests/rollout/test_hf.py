@@ -277,8 +277,8 @@ def test_a_rollout_reuses_prompts_across_turns_and_leaves_no_cache_behind(tiny_m
     """Played through `rollout` (real Sokoban pool): the kept prompt KV must spare prefills of prompts an
     earlier turn ran, give the episodes a full prefill gives, and be gone when the rollout ends."""
     from gigpo.config import load_config
+    from gigpo.infra.seeds import train_seeds
     from gigpo.rollout.collect import rollout
-    from gigpo.seeds import train_seeds
     from gigpo.trainer.setup import build_pool, build_prompt_fn, sampling
 
     config = load_config("recipes/sokoban_tiny.yaml", ["env.num_groups=2", "env.group_size=4", "env.max_steps=5"])
@@ -307,8 +307,8 @@ def test_a_rollout_reuses_prompts_across_turns_and_leaves_no_cache_behind(tiny_m
 
 def test_bf16_generation_on_a_cpu_without_native_bf16_multiplies_in_fp32_kernels(tiny_model_dir):
     """Sampling a bf16 model: every matmul reaches its kernel in fp32 where the CPU would emulate bf16
-    (gigpo.cpu_bf16), in bf16 where it is native; either way the completions keep the contract."""
-    from gigpo.dtypes import cpu_has_fast_bf16
+    (gigpo.infra.cpu_bf16), in bf16 where it is native; either way the completions keep the contract."""
+    from gigpo.infra.dtypes import cpu_has_fast_bf16
     from support.dispatch import OperandDtypes
 
     gen = HFGenerator(str(tiny_model_dir), dtype="bf16")

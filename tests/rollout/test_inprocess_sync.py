@@ -37,7 +37,7 @@ def test_two_ranks_each_sync_their_own_in_process_engine(tiny_model_dir, tmp_pat
     loads its own rank's weights (different per rank) with no copies, and matches its own model."""
     import json
 
-    from gigpo.ports import free_port
+    from gigpo.infra.ports import free_port
 
     worker = Path(__file__).with_name("inprocess_two_rank_worker.py")
     env = fresh_env()

@@ -10,10 +10,10 @@ import pytest
 import requests
 import torch
 
+from gigpo.infra.ports import free_port
+from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.server import check_exposure
-from gigpo.ports import free_port
-from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.server_client import ServerError, ServerGenerator
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.verify import SyncVerifier

@@ -20,6 +20,6 @@ class OperandDtypes(TorchDispatchMode):
         return func(*args, **kwargs)
 
     def widened_calls(self) -> list[set[torch.dtype]]:
-        from gigpo.cpu_bf16 import WIDENED_OPS
+        from gigpo.infra.cpu_bf16 import WIDENED_OPS
 
         return [d for f, d in self.calls if f in WIDENED_OPS]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gigpo.ports import free_port
+from gigpo.infra.ports import free_port
 from gigpo.trainer.distributed import served_device_types
 
 REPO = Path(__file__).parents[2]

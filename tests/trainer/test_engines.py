@@ -255,8 +255,8 @@ def test_action_metrics_are_the_means_over_action_tokens_alone(tiny_model_dir, h
 
 def test_a_bf16_actor_on_a_cpu_without_native_bf16_multiplies_in_fp32_kernels(tiny_model_dir, samples):
     """Log-probs, forward and backward of a bf16 update: no bf16 matmul reaches a kernel on a CPU that would
-    emulate it (gigpo.cpu_bf16); on one with native bf16 they all stay bf16."""
-    from gigpo.dtypes import cpu_has_fast_bf16
+    emulate it (gigpo.infra.cpu_bf16); on one with native bf16 they all stay bf16."""
+    from gigpo.infra.dtypes import cpu_has_fast_bf16
     from support.dispatch import OperandDtypes
 
     actor = ActorEngine(str(tiny_model_dir), dataclasses.replace(SETTINGS, dtype="bf16"), loss_settings(kl_coef=0.0))

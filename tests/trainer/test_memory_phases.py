@@ -15,10 +15,11 @@ GREEDY_PROMPTS = [[5, 6, 7, 8, 9], [11, 12, 13]]
 
 
 class _Run:
-    """What enter_phase reads of a Run (the loop's object), with real generator and no reference."""
+    """What enter_phase reads of a Run (the loop's object): its phases, built as set_up builds them, with a real
+    generator and no reference."""
 
     def __init__(self, config, generator):
-        self.config, self.generator, self.reference = config, generator, None
+        self.memory_phases = MemoryPhases.from_config(config, generator, None)
 
 
 def test_phases_are_a_no_op_on_cpu_that_logs_once(tiny_model_dir, capsys, monkeypatch):
@@ -32,7 +33,6 @@ def test_phases_are_a_no_op_on_cpu_that_logs_once(tiny_model_dir, capsys, monkey
     run = _Run(config, generator)
     for phase in ("update", "generation", "update", "generation"):
         assert enter_phase(run, phase) == {}
-    assert isinstance(run.memory_phases, MemoryPhases)
     out = capsys.readouterr().out
     assert out.count("memory phases are off on CPU") == 1, out
     assert [c.token_ids for c in generator.generate(GREEDY_PROMPTS, greedy)] == before

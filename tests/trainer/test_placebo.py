@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gigpo.seeds import placebo_advantages
+from gigpo.infra.seeds import placebo_advantages
 
 
 def test_the_placebo_keeps_the_values_moves_them_and_depends_only_on_seed_and_iteration():

@@ -1,5 +1,5 @@
 """SIGTERM (a `kill`, a scheduler's preemption) and Ctrl-C (SIGINT) stop `gigpo compare` and its `gigpo train`
-cleanly: both signals take one path (gigpo.stopping), so the compare test sends SIGINT and the two-rank test
+cleanly: both signals take one path (gigpo.infra.stopping), so the compare test sends SIGINT and the two-rank test
 SIGTERM.
 
 Under the default action a killed `gigpo train` left vLLM's engine-core process running (it ignores SIGTERM
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from support.run import REPO, SMALL, clean_env, metrics_so_far, processes_in
 
-from gigpo.stopping import EXIT_CODE, StopRequested
+from gigpo.infra.stopping import EXIT_CODE, StopRequested
 
 
 RECIPE = str(REPO / "recipes" / "sokoban_tiny.yaml")
@@ -144,7 +144,7 @@ def test_a_second_signal_does_not_cut_short_the_cleanup_the_first_started() -> N
     inside the `finally` that is closing the engines, or they would be left running."""
     script = (
         "import os, signal, time\n"
-        "from gigpo.stopping import StopRequested, stop_on_signals\n"
+        "from gigpo.infra.stopping import StopRequested, stop_on_signals\n"
         "stop_on_signals()\n"
         "try:\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"

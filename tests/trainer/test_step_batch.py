@@ -21,8 +21,8 @@ from gigpo.trainer.step_batch import StepBatch, StepBatchError, with_advantages
 def played(tiny_model_dir):
     from transformers import AutoTokenizer
 
+    from gigpo.infra.seeds import train_seeds
     from gigpo.rollout.collect import rollout
-    from gigpo.seeds import train_seeds
     from gigpo.trainer.setup import build_pool, build_prompt_fn, sampling
 
     from rollout.test_collect import ScriptedPolicy
@@ -66,8 +66,8 @@ def test_a_placebo_logs_and_records_the_advantages_it_trains_on(played):
     """`algorithm.shuffle_advantages`: the result the loop logs (adv/ metrics) and records (the viewer's
     per-step advantage) holds the permuted advantages the samples carry, parts moved alongside; before,
     it held the estimate each row lost to the permutation."""
-    from gigpo.seeds import placebo_advantages
-    from gigpo.viewer.records import step_columns
+    from gigpo.infra.seeds import placebo_advantages
+    from gigpo.viewer.record_files import step_columns
 
     config, tokenizer, records = played
     a = config.algorithm

@@ -265,7 +265,7 @@ def test_bf16_on_a_cpu_without_native_kernels_says_it_widens_matmuls(tmp_path: P
     """The config's default dtype is bf16; on a CPU without native bf16 kernels the trainer and the hf backend
     run bf16 matmuls in fp32 kernels, and the run says so at its start (it is stopped in iteration 1 by a NaN
     reward, to be quick)."""
-    from gigpo.dtypes import cpu_has_fast_bf16
+    from gigpo.infra.dtypes import cpu_has_fast_bf16
 
     proc = train(tmp_path / "bf16", "model.dtype=bf16", "env.id=gigpo/TwentyFour-v0", "env.kwargs={}",
                  "env.invalid_action_penalty=.nan", "trainer.iterations=1", check=False)

@@ -13,7 +13,7 @@ _DEFAULTS = build_config({"model": {"init": "tiny", "dtype": "fp32"}})
 
 
 def engine_settings(**overrides):
-    """EngineSettings from the recipe defaults (gigpo.config), with test-sized overrides."""
+    """TrainingEngineSettings from the recipe defaults (gigpo.config), with test-sized overrides."""
     from gigpo.trainer.engines import settings_from_config
 
     if overrides.get("mini_batch_size") is not None:  # as in a recipe: a size given switches the count off

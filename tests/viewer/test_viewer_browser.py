@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gigpo.ports import free_port
+from gigpo.infra.ports import free_port
 from viewer_helpers import make_recorder, synthetic_rollout, write_run
 from support.run import REPO, clean_env, gigpo, train
 

@@ -55,7 +55,7 @@ def synthetic_rollout(n_groups: int, group_size: int, length: int, seed: int = 0
 def make_recorder(run_dir: Path, estimator: str = "gigpo", **logging):
     """The trainer's recorder for a config with these `logging` keys (gamma 0.95, the default)."""
     from gigpo.config import Config
-    from gigpo.viewer.records import RolloutRecorder
+    from gigpo.viewer.record_files import RolloutRecorder
 
     config = Config.model_validate({"model": {"init": "tiny"}, "env": {"id": "gigpo/Sokoban-v0", "max_steps": 8},
                                     "algorithm": {"estimator": estimator}, "logging": logging})

@@ -17,7 +17,7 @@ def _positive_int(text: str) -> int:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     from gigpo.envs.alfworld.generate import generate_tasks
-    from gigpo.progress import Progress
+    from gigpo.infra.progress import Progress
 
     with Progress(f"alfworld {args.split} tasks", total=args.n, unit="task", enabled=not args.quiet, leave=True) as bar:
         written = generate_tasks(args.out, args.n, seed=args.seed, split=args.split, task_types=args.task_types,

@@ -1,5 +1,5 @@
 // gigpo view: plain JavaScript, no build step and no network beyond the viewer's own server.
-// Data: the run overview (metrics, record index) and records (gzipped JSONL, see gigpo/viewer/records.py),
+// Data: the run overview (metrics, record index) and records (gzipped JSONL, see gigpo/viewer/record_files.py),
 // fetched from the server, or embedded base64 in an exported file. Views are hash routes:
 //   #/                      run overview: curves and the iteration table
 //   #/r/NAME                an iteration's groups, with filters

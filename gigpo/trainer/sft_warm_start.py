@@ -1,6 +1,6 @@
-"""The recipe's supervised warm-up (`trainer.sft_*`): demonstrations, cache key, and the call into warmup.py.
+"""The recipe's supervised warm-up (`trainer.sft_*`): demonstrations, cache key, and the call into sft_warmup.py.
 
-Kept apart from gigpo/trainer/warmup.py on purpose: that file's source is part of the warm-up cache
+Kept apart from gigpo/trainer/sft_warmup.py on purpose: that file's source is part of the warm-up cache
 key, so it changes only when what the warm-up computes changes, not when the trainer around it moves.
 """
 from __future__ import annotations
@@ -9,24 +9,24 @@ from pathlib import Path
 from typing import Any
 
 from gigpo.config import Config, RecipeError
-from gigpo.seeds import demo_seeds, warmup_seed
+from gigpo.infra.seeds import demo_seeds, sft_warmup_seed
 
 # only what changes the warm-up's result: not evaluation, batch shape or worker settings
 IRRELEVANT_ENV = {"workers", "step_timeout_s", "eval_episodes", "eval_seed_start", "eval_kwargs", "num_groups", "group_size"}
 
 
-def warm_up(config: Config, model_path: str, pool, prompt_fn, tokenizer, warm_dir: Path) -> None:
+def sft_warm_start(config: Config, model_path: str, pool, prompt_fn, tokenizer, warm_dir: Path) -> None:
     """Supervised warm-up on expert demonstrations into warm_dir/hf, reused from the cache when identical."""
     from gigpo.envs.demos import NoExpertError, collect_demonstrations
     from gigpo.models.cache import default_cache_dir
-    from gigpo.trainer.warmup import cached_warmup, response_ids, supervised_warmup, warmup_cache_key
+    from gigpo.trainer.sft_warmup import cached_warmup, response_ids, supervised_warmup, warmup_cache_key
 
     t, e = config.trainer, config.env
-    seed = warmup_seed(t)
+    seed = sft_warmup_seed(t)
     cache_root = default_cache_dir().parent / "warmups"
 
     def build(out_dir: Path) -> Path:
-        check_before_warmup(config, cache_root)
+        check_before_sft_warmup(config, cache_root)
         tasks = demo_seeds(e, seed, t.sft_rooms)
         try:
             demos = collect_demonstrations(pool, tasks, explore=1.0 - t.sft_expert_share, seed=seed,
@@ -40,7 +40,7 @@ def warm_up(config: Config, model_path: str, pool, prompt_fn, tokenizer, warm_di
                                  config.logging.progress, dtype=config.model.dtype, action_share=t.sft_action_share,
                                  micro_tokens=t.sft_micro_tokens)
 
-    cached_warmup(cache_root, warmup_cache_key(warmup_settings(config, model_path, seed)),
+    cached_warmup(cache_root, warmup_cache_key(sft_warmup_settings(config, model_path, seed)),
                   warm_dir, build)
 
 
@@ -61,7 +61,7 @@ def expert_fix(config: Config) -> str:
             f"which gives none here: use an env with an expert, {without}")
 
 
-def check_before_warmup(config: Config, cache_root: Path) -> None:
+def check_before_sft_warmup(config: Config, cache_root: Path) -> None:
     """Settings that would otherwise fail only after the warm-up (minutes to hours): the evaluation env
     (env.eval_kwargs, first made for the evaluation after it) and the warm-up cache (written after it)."""
     import os
@@ -87,11 +87,11 @@ def check_before_warmup(config: Config, cache_root: Path) -> None:
                           "point $GIGPO_CACHE at a writable folder")
 
 
-def warmup_settings(config: Config, model_path: str, seed: int) -> dict[str, Any]:
+def sft_warmup_settings(config: Config, model_path: str, seed: int) -> dict[str, Any]:
     """What a warm-up's result depends on besides code: its cache key's input. `seed` is the seed in use, not
     trainer.seed (a shared warm-up has one cache entry); `matmuls` keeps a warm-up built with widened bf16
     matmuls (an AVX2-only CPU) apart from one built with native kernels, in a cache that outlives the machine."""
-    from gigpo.cpu_bf16 import matmul_path
+    from gigpo.infra.cpu_bf16 import matmul_path
 
     t, e = config.trainer, config.env
     return {"model": model_path, "dtype": config.model.dtype, "matmuls": matmul_path(config.model.dtype),

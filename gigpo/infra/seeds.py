@@ -54,13 +54,13 @@ def eval_seeds(config: "Config", episodes: int | None = None) -> list[int]:
     return list(range(config.env.eval_seed_start, config.env.eval_seed_start + n))
 
 
-def warmup_seed(trainer: "TrainerConfig") -> int:
+def sft_warmup_seed(trainer: "TrainerConfig") -> int:
     """The warm-up's seed: `trainer.sft_seed` when set (one warm-up shared by every RL seed), else the run's."""
     return trainer.seed if trainer.sft_seed is None else trainer.sft_seed
 
 
 def demo_seeds(env: "EnvConfig", seed: int, rooms: int) -> list[int]:
-    """Task seeds of the warm-up's demonstrations (`seed`: `warmup_seed`), far from any training task."""
+    """Task seeds of the warm-up's demonstrations (`seed`: `sft_warmup_seed`), far from any training task."""
     base = env.train_seed_start + DEMO_OFFSET + seed * DEMO_STRIDE
     return [base + i for i in range(rooms)]
 

@@ -70,7 +70,7 @@ def plot_comparison(curves: dict[str, list[tuple[list[float], list[float]]]], ou
     `paired=(a, b)` adds a second panel: the difference a - b between the runs at the same position of
     the two lists (the same seed), with its band.
     """
-    from gigpo.paired import mean_band
+    from gigpo.experiments.paired import mean_band
 
     panels = 2 if paired else 1
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.2), squeeze=False)

@@ -23,8 +23,8 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from gigpo.config import LoggingConfig
-from gigpo.cpu_bf16 import bf16_matmuls
-from gigpo.progress import Progress
+from gigpo.infra.cpu_bf16 import bf16_matmuls
+from gigpo.infra.progress import Progress
 from gigpo.trainer.action_tokens import action_token_mask
 
 
@@ -54,7 +54,7 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
     Weights and optimizer stay fp32; with `dtype="bf16"` (the recipe's model.dtype) the forward and
     backward run under bf16 autocast, 2.5x less CPU time per step for SmolLM2-135M (5.4 s against 13.7
     s at one thread, batch 16 x 78 tokens), which decides whether a real model's warm-up fits a budget. A CPU
-    without native bf16 runs those bf16 matmuls in fp32 kernels (gigpo.cpu_bf16), else a step takes minutes.
+    without native bf16 runs those bf16 matmuls in fp32 kernels (gigpo.infra.cpu_bf16), else a step takes minutes.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from viewer_helpers import make_recorder, synthetic_rollout
 
-from gigpo.viewer.records import cut_text, record_name
+from gigpo.viewer.record_files import cut_text, record_name
 
 
 def read_lines(path: Path) -> tuple[dict, list[dict]]:

@@ -19,7 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from gigpo.dtypes import canonical_dtype, cpu_has_fast_bf16
+from gigpo.infra.dtypes import canonical_dtype, cpu_has_fast_bf16
 
 _aten = torch.ops.aten
 _FLASH_FORWARD = _aten._scaled_dot_product_flash_attention_for_cpu.default
@@ -75,7 +75,7 @@ def cpu_bf16_notice(dtype: str, on_cuda: bool, fast_bf16: bool, backend: str) ->
     if not needs_widened_bf16(dtype, on_cuda, fast_bf16):
         return None
     notice = (f"model.dtype={dtype} on a CPU without native bf16 kernels (no AVX-512): the trainer runs bf16 "
-              "matmuls in fp32 kernels, bf16 in and out (gigpo/cpu_bf16.py)")
+              "matmuls in fp32 kernels, bf16 in and out (gigpo/infra/cpu_bf16.py)")
     if backend in VLLM_BACKENDS:
         notice += (f"; rollout.backend={backend} generates with vLLM's own bf16 kernels, which this CPU emulates: "
                    "6.6x slower than fp32 for SmolLM2-135M, and its engine starts 2x slower; set model.dtype=fp32, "

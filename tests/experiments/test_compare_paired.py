@@ -13,7 +13,7 @@ import numpy as np
 from support.run import SMALL, gigpo
 from scipy import stats
 
-from gigpo.compare import format_p
+from gigpo.experiments.compare import format_p
 
 
 def evals(run_dir: Path) -> list[float]:

@@ -13,8 +13,8 @@ from support.tolerance import forward_terms, reorder_tolerance
 from gigpo.envs.demos import collect_demonstrations
 from gigpo.envs.pool import EnvPool
 from gigpo.envs.prompt import PromptBuilder
-from gigpo.trainer.warmup import (AnswerWeights, batch_loss_backward, cached_warmup, micro_batches, response_ids,
-                                  supervised_warmup, warmup_cache_key, weighted_answer_loss)
+from gigpo.trainer.sft_warmup import (AnswerWeights, batch_loss_backward, cached_warmup, micro_batches, response_ids,
+                                      supervised_warmup, warmup_cache_key, weighted_answer_loss)
 
 
 def _mean_logprob(model_dir: Path, pairs: list[tuple[list[int], list[int]]]) -> float:
@@ -112,17 +112,17 @@ def test_weighted_answer_loss_matches_a_hand_computation():
 def test_a_warmup_widened_on_an_avx2_cpu_is_not_reused_where_bf16_is_native(monkeypatch, dtype, keys_differ):
     """The warm-up cache outlives the machine (a checkout can move to another CPU): a bf16 warm-up built with
     widened matmuls is not bit-identical to a native one, so the two get different cache keys; fp32 shares one.
-    The CPU cannot be changed in a test, so the machine check (gigpo.cpu_bf16._widen_here) is swapped."""
-    import gigpo.cpu_bf16 as cpu_bf16
+    The CPU cannot be changed in a test, so the machine check (gigpo.infra.cpu_bf16._widen_here) is swapped."""
+    import gigpo.infra.cpu_bf16 as cpu_bf16
     from gigpo.config import load_config
-    from gigpo.trainer.warm_start import warmup_settings
+    from gigpo.trainer.sft_warm_start import sft_warmup_settings
     from support.run import REPO
 
     config = load_config(REPO / "recipes" / "sokoban_smollm2_g8.yaml", [f"model.dtype={dtype}"])
     keys = []
     for widened in (True, False):
         monkeypatch.setattr(cpu_bf16, "_widen_here", lambda d, w=widened: w and d == "bf16")
-        keys.append(warmup_cache_key(warmup_settings(config, "smollm2", seed=0)))
+        keys.append(warmup_cache_key(sft_warmup_settings(config, "smollm2", seed=0)))
     assert (keys[0] != keys[1]) == keys_differ
 
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from gigpo.compare import WARMUP_DIGEST_FILE, RunResult, efficiency_ratio, steps_to_reach, success_at, warmup_digest
+from gigpo.experiments.compare import (WARMUP_DIGEST_FILE, RunResult, efficiency_ratio, steps_to_reach, success_at,
+                                       warmup_digest)
 
 
 def run(algo: str, seed: int, steps: list[float], success: list[float]) -> RunResult:

@@ -16,7 +16,7 @@ from gigpo.config import RecipeError, load_config
 from gigpo.envs import EnvPool
 from gigpo.envs.alfworld import SAMPLE_TASKS_DIR
 from gigpo.envs.demos import NoExpertError, collect_demonstrations
-from gigpo.trainer.warm_start import check_before_warmup
+from gigpo.trainer.sft_warm_start import check_before_sft_warmup
 from support.run import REPO, SMALL, clean_env
 
 WARM = ["trainer.sft_steps=5", "trainer.sft_rooms=400", "trainer.sft_batch_size=4"]
@@ -63,10 +63,10 @@ def test_settings_that_would_fail_after_the_warm_up_are_checked_before_it(tmp_pa
     config = load_config(REPO / "recipes" / "sokoban_tiny.yaml", [*SMALL, "env.eval_kwargs={size: 2}"])
     with pytest.raises(RecipeError, match=r"env.eval_kwargs=\{'size': 2\}: cannot make 'gigpo/Sokoban-v0'.*"
                                           r"size=2 must be at least 3.*the evaluation after the warm-up would fail"):
-        check_before_warmup(config, tmp_path / "warmups")
+        check_before_sft_warmup(config, tmp_path / "warmups")
     good = load_config(REPO / "recipes" / "sokoban_tiny.yaml", [*SMALL, "env.eval_kwargs={size: 4}"])
-    check_before_warmup(good, tmp_path / "warmups")  # makes the evaluation env and the cache folder
+    check_before_sft_warmup(good, tmp_path / "warmups")  # makes the evaluation env and the cache folder
     assert (tmp_path / "warmups").is_dir()
     (tmp_path / "file").write_text("")
     with pytest.raises(RecipeError, match=r"warm-up cache .*file/warmups is not writable.*GIGPO_CACHE"):
-        check_before_warmup(good, tmp_path / "file" / "warmups")
+        check_before_sft_warmup(good, tmp_path / "file" / "warmups")

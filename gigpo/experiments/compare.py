@@ -8,7 +8,7 @@ cost that matters for agents), which is the x axis of the paper's sample-efficie
 The paired design (`--shared-warmup`): every run starts from one warm-up checkpoint (`trainer.sft_seed`),
 and seed k of every algorithm plays the same tasks in the same order (task seeds depend only on
 trainer.seed and the iteration), so per-seed differences between two algorithms leave out the
-variation between seeds. The report then gives paired statistics (gigpo.paired), learning curves with
+variation between seeds. The report then gives paired statistics (gigpo.experiments.paired), learning curves with
 95% bands, the env steps one algorithm needs to reach the other's final success, and how step groups
 evolve over training.
 """
@@ -28,8 +28,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from gigpo.experiments.paired import DIFF_DECIMALS
 from gigpo.trainer.metrics import read_metrics
-from gigpo.paired import DIFF_DECIMALS
 
 SUCCESS_KEY = "eval/success"
 STEPS_KEY = "rollout/env_steps_total"
@@ -158,7 +158,7 @@ def run_all(recipe: str, out: Path, algos: Sequence[str], seeds: Sequence[int], 
                     raise RuntimeError(f"run {algo} seed {seed} failed with exit code {proc.returncode}; "
                                        f"see {run_dir_for(out, algo, seed) / 'train.log'}; rerun compare to resume")
                 print(f"compare: done {algo} seed {seed}", flush=True)
-    except BaseException:  # SIGTERM (gigpo.stopping), Ctrl-C, or a failed run: no run may outlive compare
+    except BaseException:  # SIGTERM (gigpo.infra.stopping), Ctrl-C, or a failed run: no run may outlive compare
         _stop_runs(running)
         raise
 
@@ -235,7 +235,7 @@ def warmup_digest(run_dir: Path) -> Optional[str]:
 def task_seed_check(out: Path, algos: Sequence[str], seeds: Sequence[int]) -> str:
     """Whether seed k of every algorithm drew the same task seeds in every iteration, from the runs' configs."""
     from gigpo.config import build_config
-    from gigpo.seeds import train_seeds
+    from gigpo.infra.seeds import train_seeds
 
     import yaml
 
@@ -391,7 +391,7 @@ def mean_curve_efficiency(fast: Sequence[RunResult], slow: Sequence[RunResult]) 
 
 def paired_section(runs: dict[str, list[RunResult]], pair: tuple[str, str]) -> list[str]:
     """The report's paired statistics for `pair[0] - pair[1]`, seed by seed."""
-    from gigpo.paired import WILCOXON_MIN_PAIRS, paired_stats
+    from gigpo.experiments.paired import WILCOXON_MIN_PAIRS, paired_stats
 
     a, b = pair
     lines = [f"## Paired: {a} - {b} (seed k against seed k)", ""]
@@ -456,9 +456,9 @@ def paired_section(runs: dict[str, list[RunResult]], pair: tuple[str, str]) -> l
     return lines + [""]
 
 
-def rooms_section(out: Path, pair: tuple[str, str], seeds: Sequence[int]) -> list[str]:
-    """Seed k of `pair`'s two algorithms, room by room at their final evaluations (gigpo/rooms.py)."""
-    from gigpo.rooms import final_eval_rooms, first_eval_rooms, room_agreement
+def heldout_section(out: Path, pair: tuple[str, str], seeds: Sequence[int]) -> list[str]:
+    """Seed k of `pair`'s two algorithms, room by room at their final evaluations (gigpo/experiments/heldout.py)."""
+    from gigpo.experiments.heldout import final_eval_tasks, first_eval_tasks, task_agreement
 
     a, b = pair
     lines = [f"## Rooms at the final evaluation: {a} vs {b}", "",
@@ -468,13 +468,13 @@ def rooms_section(out: Path, pair: tuple[str, str], seeds: Sequence[int]) -> lis
              f"| seed | iteration | rooms | both won | only {a} | only {b} | neither | p (McNemar) |",
              "|---|---|---|---|---|---|---|---|"]
     for seed in seeds:
-        ra, rb = final_eval_rooms(run_dir_for(out, a, seed)), final_eval_rooms(run_dir_for(out, b, seed))
+        ra, rb = final_eval_tasks(run_dir_for(out, a, seed)), final_eval_tasks(run_dir_for(out, b, seed))
         if ra is None or rb is None or ra.iteration != rb.iteration:
             why = "no evaluation record" if ra is None or rb is None else f"records of iterations {ra.iteration} and {rb.iteration}"
             lines.append(f"| {seed} | n/a ({why}) | | | | | | |")
             continue
-        ag = room_agreement(ra.won, rb.won)
-        lines.append(f"| {seed} | {ra.iteration} | {ag.rooms} | {ag.both} | {ag.only_a} | {ag.only_b} | {ag.neither} "
+        ag = task_agreement(ra.won, rb.won)
+        lines.append(f"| {seed} | {ra.iteration} | {ag.tasks} | {ag.both} | {ag.only_a} | {ag.only_b} | {ag.neither} "
                      f"| {format_p(ag.p_mcnemar)} |")
     lines += ["", "Each run's last evaluation against its own first (its start, the same rooms): a run that learns keeps "
               "the rooms it started with and gains others; one that drifts gains and loses alike.", "",
@@ -482,11 +482,11 @@ def rooms_section(out: Path, pair: tuple[str, str], seeds: Sequence[int]) -> lis
     for algo in pair:
         for seed in seeds:
             run_dir = run_dir_for(out, algo, seed)
-            start, end = first_eval_rooms(run_dir), final_eval_rooms(run_dir)
+            start, end = first_eval_tasks(run_dir), final_eval_tasks(run_dir)
             if start is None or end is None or start.iteration == end.iteration:
                 lines.append(f"| {algo} | {seed} | n/a (fewer than two evaluation records) | | | | |")
                 continue
-            ag = room_agreement(end.won, start.won)
+            ag = task_agreement(end.won, start.won)
             lines.append(f"| {algo} | {seed} | {start.iteration}-{end.iteration} | {ag.both} | {ag.only_a} | {ag.only_b} "
                          f"| {format_p(ag.p_mcnemar)} |")
     return lines + [""]
@@ -511,7 +511,7 @@ def design_section(out: Path, runs: dict[str, list[RunResult]], algos: Sequence[
 
 def revisit_section(runs: dict[str, list[RunResult]], algos: Sequence[str], out: Path, prefix: str = "") -> list[str]:
     """State recurrence over training: per algorithm, each REVISIT_COLUMNS value per phase (mean over seeds)."""
-    from gigpo.plots import plot_size_histograms
+    from gigpo.experiments.plots import plot_size_histograms
 
     phase_names = [f"{100 * p // PHASES}-{100 * (p + 1) // PHASES}%" for p in range(PHASES)]
     lines = ["## Step groups over training", "",
@@ -557,7 +557,7 @@ def write_report(out: Path, recipe: str, algos: Sequence[str], seeds: Sequence[i
                  pair: tuple[str, str] = ("gigpo", "grpo"), name: str = "report") -> Path:
     """OUT/<name>.md with its figures (`curves.png` and `step_groups_<algo>.png` for the default name,
     else prefixed with `<name>_`), so several reports over subsets of one comparison's runs can coexist."""
-    from gigpo.plots import plot_comparison
+    from gigpo.experiments.plots import plot_comparison
 
     runs = {a: [load_run(out, a, s) for s in seeds] for a in algos}
     max_steps = min((r.steps[-1] for rs in runs.values() for r in rs if r.steps), default=0.0)
@@ -568,7 +568,7 @@ def write_report(out: Path, recipe: str, algos: Sequence[str], seeds: Sequence[i
     lines += design_section(out, runs, algos, seeds)
     lines += paired_section(runs, pair)
     if pair[0] in runs and pair[1] in runs:
-        lines += rooms_section(out, pair, seeds)
+        lines += heldout_section(out, pair, seeds)
     lines += ["## Success at environment-step budgets", "",
               "| algorithm | start | " + " | ".join(f"{b:,.0f} steps" for b in budgets) + " | final | last 3 evaluations |",
               "|---|" + "---|" * (len(budgets) + 3)]

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gigpo.compare import RunResult, format_p, mean_curve_efficiency, paired_efficiency, phase_means, welch_test
 from gigpo.config import load_config
-from gigpo.paired import mean_band, paired_stats, t_interval
-from gigpo.seeds import train_seeds
+from gigpo.experiments.compare import (RunResult, format_p, mean_curve_efficiency, paired_efficiency, phase_means,
+                                       welch_test)
+from gigpo.experiments.paired import mean_band, paired_stats, t_interval
+from gigpo.infra.seeds import train_seeds
 
 
 def test_t_interval_matches_the_textbook_formula():
@@ -116,7 +117,7 @@ def test_the_report_gives_the_mean_cost_against_the_plateaued_baselines_own_firs
     """Issue 25's short task: GRPO reached its 61.0% ceiling at iteration 50 and stayed there. The report's
     mean-curve and mean-over-seeds lines read about 0.65x of GRPO's whole run; each must also say that
     against GRPO's own first reach GiGPO saved nothing (1.00x)."""
-    from gigpo.compare import paired_section
+    from gigpo.experiments.compare import paired_section
 
     steps = [0, 2043, 4021, 6150, 8262, 10457, 12430, 14302, 15965]
     gigpo = [run(0, steps, [117 / 300, 0.413, 0.403, 0.39, 0.42, 183 / 300, 181 / 300, 183 / 300, 183 / 300])]
@@ -159,7 +160,7 @@ def test_no_efficiency_ratio_on_the_mean_curves_when_the_baseline_did_not_gain()
 def test_variants_are_labels_with_their_own_overrides_and_bad_ones_are_named():
     from pathlib import Path
 
-    from gigpo.compare import parse_variant, train_command
+    from gigpo.experiments.compare import parse_variant, train_command
 
     name, estimator, extra = parse_variant("gigpo_mean=gigpo algorithm.norm=mean 'env.kwargs.solution_length=[2, 6]'")
     assert (name, estimator, extra) == ("gigpo_mean", "gigpo", ["algorithm.norm=mean", "env.kwargs.solution_length=[2, 6]"])
