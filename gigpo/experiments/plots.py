@@ -21,6 +21,15 @@ RUN_CURVES = (
 )
 
 
+def save_figure(fig: "plt.Figure", out_path: str | Path) -> Path:
+    """Lay out, write and close a figure (closed so that many plots in one process do not pile up)."""
+    fig.tight_layout()
+    out = Path(out_path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def _series(records: Sequence[dict[str, Any]], x_key: str, y_key: str) -> tuple[list[float], list[float]]:
     xs, ys = [], []
     for rec in records:
@@ -44,11 +53,7 @@ def plot_run(records: Sequence[dict[str, Any]], out_path: str | Path, x_key: str
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(present):]:
         ax.axis("off")
-    fig.tight_layout()
-    out = Path(out_path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out_path)
 
 
 def common_grid(curves: Sequence[tuple[Sequence[float], Sequence[float]]], points: int = 60):
@@ -110,11 +115,7 @@ def plot_comparison(curves: dict[str, list[tuple[list[float], list[float]]]], ou
         ax.set_title("paired difference, mean and 95% CI", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    out = Path(out_path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out_path)
 
 
 def plot_size_histograms(histograms: dict[str, list[float]], labels: Sequence[str], out_path: str | Path,
@@ -129,8 +130,4 @@ def plot_size_histograms(histograms: dict[str, list[float]], labels: Sequence[st
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    out = Path(out_path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out_path)
