@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.run import clean_env
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV_ID = "hanoi_env:tests/Hanoi-v0"
 RECIPE = f"""\
@@ -37,8 +39,10 @@ def test_three_rl_iterations_keep_a_sharp_warm_started_policy(tmp_path: Path) ->
     (tmp_path / "hanoi.yaml").write_text(RECIPE)
     run = tmp_path / "run"
     paths = [str(ROOT / "tests" / "envs"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    # clean_env: an in-process engine test earlier in this pytest process leaves MASTER_PORT etc. set, and a
+    # child that inherits them tries to listen on that still-bound port (EADDRINUSE, seen in CI)
     proc = subprocess.run([sys.executable, "-m", "gigpo", "train", "hanoi.yaml", f"trainer.run_dir={run}"],
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+                          cwd=tmp_path, env={**clean_env(), "PYTHONPATH": os.pathsep.join(paths)},
                           capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = {r["iteration"]: r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
