@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from admissible_decoding import AdmissibleGreedyGenerator
 from gigpo.config import load_config
 from gigpo.envs.demos import collect_demonstrations
 from gigpo.infra.seeds import demo_seeds, sft_warmup_seed
@@ -72,6 +73,8 @@ def main() -> None:
                         "recipe's corpus and seed, on the same demonstrations); default: the recipe's model")
     parser.add_argument("--examples", type=int, default=3, help="invalid actions to print from each evaluation "
                         "(the response, why the env refused it), to see what a low score is made of")
+    parser.add_argument("--admissible", action="store_true", help="also evaluate each checkpoint with greedy answers "
+                        "restricted to the admissible actions (benchmarks/admissible_decoding.py), for envs that list them")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     config = load_config(args.recipe, [*args.overrides, "logging.progress=false", f"env.eval_episodes={args.episodes}"])
@@ -95,6 +98,7 @@ def main() -> None:
         for name, changes, preset in variants:
             model_path = variant_model(bases[preset], changes, Path(tmp) / name)
             generator = HFGenerator(model_path, dtype="fp32")
+            restricted = AdmissibleGreedyGenerator(model_path, dtype="fp32") if args.admissible else None
             prompt_fn = build_prompt_fn(config, generator.tokenizer)
             pairs = [(p, response_ids(generator.tokenizer, d.action)) for p, d in zip(prompt_fn([d.view for d in demos]), demos)]
             started = time.perf_counter()
@@ -111,16 +115,25 @@ def main() -> None:
                 print(f"{name}: step {step} greedy success {success:.1%} +- {stderr:.1%} ({args.episodes} held-out tasks, "
                       f"{time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.1f}; invalid actions "
                       f"{metrics['eval/invalid_action_rate']:.1%}, episode length {metrics['eval/episode_length']:.1f})", flush=True)
+                if restricted is not None:
+                    restricted.update_weights(((k, v.detach()) for k, v in model.state_dict().items()), version=step)
+                    held = evaluate(config, eval_pool, restricted, restricted.remember(prompt_fn))
+                    rows.append((f"{name}-admissible", step, held["eval/success"]))
+                    print(f"{name}: step {step} greedy success restricted to the admissible actions {held['eval/success']:.1%} "
+                          f"(load {os.getloadavg()[0]:.1f}; invalid actions {held['eval/invalid_action_rate']:.1%}, "
+                          f"episode length {held['eval/episode_length']:.1f})", flush=True)
 
             supervised_warmup(model_path, Path(tmp) / f"{name}-out", pairs, max(checkpoints), t.sft_lr, t.sft_batch_size,
                               seed, progress=False, dtype=config.model.dtype, after_step=score,
                               action_share=t.sft_action_share, micro_tokens=t.sft_micro_tokens)
             generator.close()
+            if restricted is not None:
+                restricted.close()
         if eval_pool is not pool:
             eval_pool.close()
     print("\n| variant | " + " | ".join(f"{s} steps" for s in checkpoints) + " |")
     print("|---|" + "---|" * len(checkpoints))
-    for name, _, _ in variants:
+    for name in dict.fromkeys(n for n, _, _ in rows):
         print(f"| {name} | " + " | ".join(f"{100 * s:.1f}%" for n, _, s in rows if n == name) + " |")
 
 
