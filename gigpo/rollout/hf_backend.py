@@ -11,7 +11,7 @@ from gigpo.infra.dtypes import torch_dtype
 from gigpo.rollout.generator import Generator, check_prompts, check_version
 from gigpo.rollout.prompt_cache import LayerKV, PromptKVStore
 from gigpo.rollout.types import Completion, SamplingSettings
-from gigpo.rollout.weights import full_state_dict
+from gigpo.rollout.weight_sync.tensors import full_state_dict
 
 
 

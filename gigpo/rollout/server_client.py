@@ -33,7 +33,7 @@ from gigpo.infra.ports import free_port
 from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.generator import CompletionCallback, Generator, check_version
 from gigpo.rollout.types import Completion, SamplingSettings
-from gigpo.rollout.weights import full_state_dict, ties_lm_head, write_weights_file
+from gigpo.rollout.weight_sync.tensors import full_state_dict, ties_lm_head, write_weights_file
 
 HEALTH_TIMEOUT_S = 3.0
 HEALTH_EVERY_S = 2.0
@@ -455,7 +455,7 @@ class ServerGenerator(Generator):
                       given_up: threading.Event) -> None:
         from urllib.parse import urlparse
 
-        from gigpo.rollout.nccl_sync import BroadcastWeightSender, HTTPClient, local_address_towards
+        from gigpo.rollout.weight_sync.broadcast import BroadcastWeightSender, HTTPClient, local_address_towards
 
         sender = self._nccl_senders.get(server.url)
         if sender is None:

@@ -21,7 +21,7 @@ from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.generator import CompletionCallback, Generator, check_prompts, check_version
 from gigpo.rollout.types import Completion, SamplingSettings
 from gigpo.rollout.vllm_stream import RequestStream
-from gigpo.rollout.weights import engine_tensors, full_state_dict, write_weights_file
+from gigpo.rollout.weight_sync.tensors import engine_tensors, full_state_dict, write_weights_file
 
 
 def build_engine(model_path: str, engine: EngineSettings) -> Any:
@@ -37,7 +37,7 @@ def build_engine(model_path: str, engine: EngineSettings) -> Any:
         model=str(model_path), dtype=canonical_dtype(engine.dtype), seed=engine.seed,
         enable_prefix_caching=engine.enable_prefix_caching, max_num_seqs=engine.max_num_seqs,
         gpu_memory_utilization=engine.gpu_memory_utilization, enforce_eager=engine.enforce_eager,
-        worker_extension_cls="gigpo.rollout.vllm_worker.WeightSyncExtension",
+        worker_extension_cls="gigpo.rollout.weight_sync.worker.WeightSyncExtension",
         use_tqdm_on_load=is_terminal(),  # its bars (loading weights) would leave '\r' fragments in a log file
     )
     max_model_len, max_lora_rank = engine.max_model_len, engine.max_lora_rank
@@ -128,7 +128,7 @@ class VLLMGenerator(Generator):
     """vllm.LLM owned by this process. Weight sync (`weight_sync="shm"`): safetensors in /dev/shm ->
     worker `reload_weights` (LM head included, even when tied) -> prefix-cache reset. With
     `weight_sync="nccl"` the trainer broadcasts the tensors into the workers over a group of its own
-    (NCCL on GPUs, gloo on CPUs; gigpo/rollout/nccl_sync.py). With `weight_sync="inprocess"` the engine
+    (NCCL on GPUs, gloo on CPUs; gigpo/rollout/weight_sync/broadcast.py). With `weight_sync="inprocess"` the engine
     core runs in this process and `reload_weights` takes the trainer's tensors as they are gathered, by
     reference, on their device (`takes_device_tensors`)."""
 
@@ -271,7 +271,7 @@ class VLLMGenerator(Generator):
                                "samples would mix two policies; wait for them (the rollout does) before syncing")
 
     def _send_nccl(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        from gigpo.rollout.nccl_sync import BroadcastWeightSender, EngineClient
+        from gigpo.rollout.weight_sync.broadcast import BroadcastWeightSender, EngineClient
 
         if self._nccl_sender is None:
             self._nccl_sender = BroadcastWeightSender(

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gigpo.envs.pool import EnvPool
     from gigpo.rollout.generator import Generator
     from gigpo.rollout.records import PromptFn
-    from gigpo.rollout.verify import ProbeFollower, SyncVerifier
+    from gigpo.rollout.weight_sync.verify import ProbeFollower, SyncVerifier
     from gigpo.trainer.engines import ActorEngine, CriticEngine, ReferenceModel
     from gigpo.trainer.lora import AdapterFreeReference
     from gigpo.trainer.memory_phases import MemoryPhases
@@ -72,7 +72,7 @@ def build_verifier(config: Config, generator, vocab_size: int, world_size: int):
     """The probe that checks every sync (rollout.verify_sync) on each rank that generates. Under ZeRO-3 with
     several ranks the probe's trainer forward is collective: every rank runs as many as the rank scoring the
     most replicas, and a rank without a generator runs them without checking (a ProbeFollower)."""
-    from gigpo.rollout.verify import ProbeFollower, SyncVerifier, default_tolerance
+    from gigpo.rollout.weight_sync.verify import ProbeFollower, SyncVerifier, default_tolerance
     from gigpo.trainer.distributed import all_reduce_floats
 
     if not config.rollout.verify_sync:
@@ -90,7 +90,7 @@ def push_weights(actor, generator, version: int, verifier=None) -> dict[str, flo
     (ZeRO-3 gathers are collective). A verifier's largest log-prob gap comes back as `rollout/sync_gap_max`.
     An engine in this process (weight_sync=inprocess), or no generator, takes the gathered tensors where
     they are; the others get host copies."""
-    from gigpo.rollout.verify import sync_weights
+    from gigpo.rollout.weight_sync.verify import sync_weights
 
     on_device = generator is None or getattr(generator, "takes_device_tensors", False)
     gap = sync_weights(generator, actor.hf_module(), version, verifier, actor.named_weights(on_device=on_device))

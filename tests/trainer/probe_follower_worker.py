@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from gigpo.config import build_config
-from gigpo.rollout.verify import ProbeFollower, SyncMismatchError, SyncVerifier, sync_weights
+from gigpo.rollout.weight_sync.verify import ProbeFollower, SyncMismatchError, SyncVerifier, sync_weights
 from gigpo.trainer.distributed import init_distributed, shutdown_distributed
 from gigpo.trainer.engines import ActorEngine, settings_from_config
 from gigpo.trainer.setup import build_generator, build_verifier
