@@ -97,7 +97,7 @@ def test_zero3_actor_syncs_in_process_without_copies(inprocess_generator, tiny_m
 
     from gigpo.config import build_config
     from gigpo.trainer.engines import ActorEngine, settings_from_config
-    from gigpo.trainer.setup import push_weights
+    from gigpo.rollout.weight_sync import push_weights
 
     gen = inprocess_generator
     engine, loss = settings_from_config(build_config({"model": {"init": "tiny", "dtype": "fp32"}}))
