@@ -114,7 +114,7 @@ def vllm_part(args) -> None:
     from gigpo.rollout.types import SamplingSettings
     from gigpo.rollout.engine_settings import EngineSettings
     from gigpo.rollout.vllm_backend import VLLMGenerator
-    from gigpo.rollout.weights import shm_dir
+    from gigpo.rollout.weight_sync.tensors import shm_dir
     from gigpo.trainer.engines import ActorEngine
     from gigpo.trainer.lora import save_adapter
 

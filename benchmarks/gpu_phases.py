@@ -188,7 +188,8 @@ def gigpo_phases(path: str, prompts: list[list[int]], new_tokens: int, dtype: st
     from gigpo.config import build_config
     from gigpo.rollout.engine_settings import EngineSettings
     from gigpo.rollout.types import SamplingSettings
-    from gigpo.rollout.verify import SyncVerifier, default_tolerance, sync_weights
+    from gigpo.rollout.weight_sync import sync_weights
+    from gigpo.rollout.weight_sync.verify import SyncVerifier, default_tolerance
     from gigpo.rollout.vllm_backend import VLLMGenerator
     from gigpo.trainer.batching import TrainSample
     from gigpo.trainer.engines import ActorEngine, settings_from_config

@@ -1,5 +1,5 @@
 """The sync probe's log-prob gaps between vLLM and the trainer's model, with correct syncs and with broken
-ones: the measurements behind `gigpo/rollout/verify.py`'s tolerances for a dtype.
+ones: the measurements behind `gigpo/rollout/weight_sync/verify.py`'s tolerances for a dtype.
 
     PYTHONPATH=. python benchmarks/sync_gap.py [--model smollm2-135m-instruct] [--dtype bf16]
 
@@ -22,7 +22,7 @@ from gigpo.infra.dtypes import torch_dtype
 from gigpo.models.resolve import resolve_model_path
 from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.factory import make_generator
-from gigpo.rollout.verify import SyncVerifier, default_tolerance
+from gigpo.rollout.weight_sync.verify import SyncVerifier, default_tolerance
 
 
 def move(model: torch.nn.Module, seed: int, scale: float) -> None:

@@ -101,7 +101,7 @@ class RolloutConfig(Section):
     action tag, so no tokens are spent after the action; set [] for an env whose answers end otherwise."""
     verify_sync: bool | Literal["auto"] = "auto"
     """After every weight sync, compare generator and trainer log-probs on a probe sequence; a gap over the
-    bound stops training (gigpo/rollout/verify.py). auto: on with the vllm backends in rollout.mode=sync (a
+    bound stops training (gigpo/rollout/weight_sync/verify.py). auto: on with the vllm backends in rollout.mode=sync (a
     reloaded engine, CUDA graphs included, is checked), off with hf (the generator loads the actor's own
     tensors) and in async mode (the actor trains on while the generator loads). Resolved to true/false on load."""
     weight_sync: Literal["auto", "shm", "nccl", "inprocess"] = "auto"

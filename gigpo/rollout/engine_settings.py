@@ -115,7 +115,7 @@ def context_length(rollout: RolloutConfig) -> int:
     """Longest sequence the engine must hold: a rollout step, or the sync probe when verification is on."""
     length = rollout.max_prompt_tokens + rollout.max_new_tokens
     if rollout.verify_sync:
-        from gigpo.rollout.verify import PROBE_NEW_TOKENS, PROBE_PROMPT_TOKENS
+        from gigpo.rollout.weight_sync.verify import PROBE_NEW_TOKENS, PROBE_PROMPT_TOKENS
 
         length = max(length, PROBE_PROMPT_TOKENS + PROBE_NEW_TOKENS)
     return length

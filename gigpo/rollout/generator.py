@@ -64,9 +64,14 @@ class Generator(abc.ABC):
     def generate(self, prompts: list[list[int]], settings: SamplingSettings) -> list[Completion]:
         """Sample `settings.n` completions per prompt; prompt-major order."""
 
-    @abc.abstractmethod
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Load the trainer's parameters (HF names; a tied lm_head may be absent) and set `version`."""
+        """Load the trainer's parameters (HF names; a tied lm_head may be absent) and set `version`, which
+        must be newer. The path they take (file, broadcast, by reference) is chosen for every backend in
+        gigpo.rollout.weight_sync.transports; the trainer calls this through gigpo.rollout.weight_sync."""
+        from gigpo.rollout.weight_sync.transports import deliver
+
+        check_version(version, self.version)
+        deliver(self, named_tensors, version)
 
     @property
     def can_submit(self) -> bool:

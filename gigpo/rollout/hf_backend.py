@@ -1,18 +1,16 @@
 """The reference backend: a transformers model in this process, batched with left padding, own decode loop."""
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Optional
 
 import torch
 
 from gigpo.config import ModelConfig, RolloutConfig
 from gigpo.infra.cpu_bf16 import bf16_matmuls
 from gigpo.infra.dtypes import torch_dtype
-from gigpo.rollout.generator import Generator, check_prompts, check_version
+from gigpo.rollout.generator import Generator, check_prompts
 from gigpo.rollout.prompt_cache import LayerKV, PromptKVStore
 from gigpo.rollout.types import Completion, SamplingSettings
-from gigpo.rollout.weights import full_state_dict
-
 
 
 def inverse_cdf_draw(scores: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
@@ -225,10 +223,19 @@ class HFGenerator(Generator):
     def end_rollout(self) -> None:
         self.prompt_cache.clear()
 
+    @property
+    def tied_lm_head(self) -> bool:
+        """The model shares its LM head with the input embedding (a sync adds the head from the embedding)."""
+        return bool(self.model.config.tie_word_embeddings)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return self.model.dtype
+
     @torch.inference_mode()
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        check_version(version, self.version)
-        state = full_state_dict(named_tensors, bool(self.model.config.tie_word_embeddings), dtype=self.model.dtype)
+    def load_state(self, state: dict[str, torch.Tensor], version: int) -> None:
+        """The engine side of a sync (gigpo.rollout.weight_sync.transports): copy a full state dict into the
+        model, drop the prompt caches of the old weights, and stamp outputs with `version`."""
         self.prompt_cache.clear()  # every kept prompt cache is of the old weights
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected:

@@ -115,7 +115,7 @@ def create_app(generator: Any, token: Optional[str] = None):
             raise HTTPException(status_code=400, detail=str(exc)) from exc
         return {"version": generator.version}
 
-    # Weight sync by broadcast (gigpo/rollout/nccl_sync.py): `init` joins the trainer's group, `update`
+    # Weight sync by broadcast (gigpo/rollout/weight_sync/broadcast.py): `init` joins the trainer's group, `update`
     # receives one sync. Both block while the trainer is on the other end, so they do not take the
     # generation lock; the trainer does not generate during a sync.
     @app.post("/weight_transfer/{step}")

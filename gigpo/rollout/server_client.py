@@ -31,9 +31,9 @@ from gigpo.config import RolloutConfig
 from gigpo.infra.dtypes import torch_dtype
 from gigpo.infra.ports import free_port
 from gigpo.rollout.engine_settings import EngineSettings
-from gigpo.rollout.generator import CompletionCallback, Generator, check_version
+from gigpo.rollout.generator import CompletionCallback, Generator
 from gigpo.rollout.types import Completion, SamplingSettings
-from gigpo.rollout.weights import full_state_dict, ties_lm_head, write_weights_file
+from gigpo.rollout.weight_sync.tensors import ties_lm_head
 
 HEALTH_TIMEOUT_S = 3.0
 HEALTH_EVERY_S = 2.0
@@ -117,7 +117,14 @@ class ServerGenerator(Generator):
             self.close()
             raise
 
-    def _tied_lm_head(self) -> bool:
+    @property
+    def weight_sync(self) -> str:
+        """How weights reach the servers (shm or nccl; gigpo.rollout.weight_sync.transports)."""
+        return self.engine.weight_sync
+
+    @property
+    def tied_lm_head(self) -> bool:
+        """The model shares its LM head with the input embedding (read from its config once)."""
         if self._tied is None:
             self._tied = ties_lm_head(self.model_path)
         return self._tied
@@ -393,19 +400,11 @@ class ServerGenerator(Generator):
         return out
 
     # ------------------------------------------------------------------ weights
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int,
-                       initial: bool = False) -> None:
-        """Write the weights to shared memory once and have every server load them.
-
-        The file stays until the next sync so a restarted server can load it; servers on another
-        machine cannot read it (use the GPU/NCCL path there, see docs/generation.md). `initial`: a fresh
-        run's starting weights, as `version` (its current one), whatever an external server held before."""
-        if not initial:
-            check_version(version, self.version)
-        if self.engine.weight_sync == "nccl":
-            self._send_nccl(list(named_tensors), version)
-            return
-        path = write_weights_file(full_state_dict(named_tensors, self._tied_lm_head(), dtype=self.torch_dtype))
+    def serve_weights_file(self, path: Path, version: int) -> None:
+        """Have every server load the weights file `path` as `version` (the engine side of a file sync,
+        gigpo.rollout.weight_sync.transports). The file stays until the next sync, so a restarted server
+        can load it; servers on another machine cannot read it (use the GPU/NCCL path there, see
+        docs/generation.md)."""
         previous, self.weights_path, self._version = self.weights_path, path, version
         if previous is not None:
             previous.unlink(missing_ok=True)
@@ -420,7 +419,7 @@ class ServerGenerator(Generator):
                 logger.warning("server %s failed during weight sync (%s); restarting", server.url, exc)
                 self._restart(server)
 
-    def _send_nccl(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
+    def broadcast_to_servers(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
         """Broadcast (NCCL on GPUs, gloo on CPUs): one group per server, opened at the first sync at the
         address on this machine's route to that server, so a server on another machine can join it.
 
@@ -455,14 +454,14 @@ class ServerGenerator(Generator):
                       given_up: threading.Event) -> None:
         from urllib.parse import urlparse
 
-        from gigpo.rollout.nccl_sync import BroadcastWeightSender, HTTPClient, local_address_towards
+        from gigpo.rollout.weight_sync.broadcast import BroadcastWeightSender, HTTPClient, local_address_towards
 
         sender = self._nccl_senders.get(server.url)
         if sender is None:
             client = HTTPClient(server.url, self.token, self.request_timeout_s)
             address = local_address_towards(urlparse(server.url).hostname or "127.0.0.1")
             sender = BroadcastWeightSender(client, master_address=address, master_port=free_port(address),
-                                           num_workers=1, tied_lm_head=self._tied_lm_head(),
+                                           num_workers=1, tied_lm_head=self.tied_lm_head,
                                            shares_gpu=server.supervised, dtype=self.torch_dtype)
             if given_up.is_set():
                 return

@@ -10,18 +10,16 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 
 from gigpo.infra.dtypes import canonical_dtype
-from gigpo.infra.ports import free_port
 from gigpo.infra.progress import is_terminal
 from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.generator import CompletionCallback, Generator, check_prompts, check_version
 from gigpo.rollout.types import Completion, SamplingSettings
 from gigpo.rollout.vllm_stream import RequestStream
-from gigpo.rollout.weights import engine_tensors, full_state_dict, write_weights_file
 
 
 def build_engine(model_path: str, engine: EngineSettings) -> Any:
@@ -37,7 +35,7 @@ def build_engine(model_path: str, engine: EngineSettings) -> Any:
         model=str(model_path), dtype=canonical_dtype(engine.dtype), seed=engine.seed,
         enable_prefix_caching=engine.enable_prefix_caching, max_num_seqs=engine.max_num_seqs,
         gpu_memory_utilization=engine.gpu_memory_utilization, enforce_eager=engine.enforce_eager,
-        worker_extension_cls="gigpo.rollout.vllm_worker.WeightSyncExtension",
+        worker_extension_cls="gigpo.rollout.weight_sync.worker.WeightSyncExtension",
         use_tqdm_on_load=is_terminal(),  # its bars (loading weights) would leave '\r' fragments in a log file
     )
     max_model_len, max_lora_rank = engine.max_model_len, engine.max_lora_rank
@@ -125,12 +123,11 @@ def _on_cpu() -> bool:
 
 
 class VLLMGenerator(Generator):
-    """vllm.LLM owned by this process. Weight sync (`weight_sync="shm"`): safetensors in /dev/shm ->
-    worker `reload_weights` (LM head included, even when tied) -> prefix-cache reset. With
-    `weight_sync="nccl"` the trainer broadcasts the tensors into the workers over a group of its own
-    (NCCL on GPUs, gloo on CPUs; gigpo/rollout/nccl_sync.py). With `weight_sync="inprocess"` the engine
-    core runs in this process and `reload_weights` takes the trainer's tensors as they are gathered, by
-    reference, on their device (`takes_device_tensors`)."""
+    """vllm.LLM owned by this process. Weight sync (its path chosen in gigpo.rollout.weight_sync.transports):
+    a safetensors file in /dev/shm (`weight_sync="shm"`, `load_weights_file`), a broadcast into the workers
+    (`"nccl"`), or the trainer's tensors by reference into an engine core in this process (`"inprocess"`,
+    `load_tensors`, `takes_device_tensors`); the worker's `reload_weights` takes them (LM head included,
+    even when tied) and `commit_version` resets the prefix cache."""
 
     rollout_backend = "vllm"
 
@@ -145,7 +142,10 @@ class VLLMGenerator(Generator):
         self.lock = threading.RLock()
         """Held around every engine call: `generate`, syncs, and the request stream's thread."""
         self._stream = RequestStream(self.llm, self.lock)
-        self._nccl_sender: Any = None
+        self.broadcast_sender: Any = None
+        """weight_sync="nccl": the trainer's side of the broadcast group, opened at the first sync."""
+        self.num_workers = self.llm.llm_engine.vllm_config.parallel_config.world_size
+        """The engine's workers (the broadcast group's ranks besides the trainer)."""
         self.executor = str(self.llm.llm_engine.vllm_config.parallel_config.distributed_executor_backend)
         """vLLM's executor: external_launcher when the trainer runs on several ranks (this rank's engine, in process)."""
         self.can_sleep = bool(self.llm.llm_engine.vllm_config.model_config.enable_sleep_mode)
@@ -181,29 +181,13 @@ class VLLMGenerator(Generator):
 
         self._stream.submit(list(map(int, prompt)), sampling_params(settings, 1)[0], self._lora_request, finished)
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        check_version(version, self.version)
-        self._check_idle()
-        if self.weight_sync == "nccl":
-            self._send_nccl(named_tensors)
-            self.commit_version(version)
-            return
-        if self.weight_sync == "inprocess":
-            self._load_in_process(named_tensors, version)
-            return
-        path = write_weights_file(full_state_dict(named_tensors, self.tied_lm_head, dtype=self.torch_dtype))
-        try:
-            self.load_weights_file(path, version)
-        finally:
-            path.unlink(missing_ok=True)
-
     def load_adapter(self, adapter_dir: str | Path, version: int) -> None:
         """Adapter-only sync: serve a peft adapter directory (LoRA over the engine's base weights)
         from now on, replacing the previous one. Needs an engine built with `max_lora_rank`."""
         from vllm.lora.request import LoRARequest
 
         check_version(version, self.version)
-        self._check_idle()
+        self.check_idle()
         if not self.llm.llm_engine.vllm_config.lora_config:
             raise ValueError("load_adapter needs an engine built with max_lora_rank (vLLM's enable_lora)")
         request = LoRARequest(f"gigpo-v{version}", version, str(adapter_dir))
@@ -219,21 +203,21 @@ class VLLMGenerator(Generator):
         """Load a full state dict the trainer wrote (the server's update path), then drop cached KV."""
         if not Path(path).is_file():
             raise FileNotFoundError(f"weights file {path} does not exist; it must be on this machine (e.g. /dev/shm)")
-        self._check_idle()
+        self.check_idle()
         with self.lock:
             self.llm.collective_rpc("gigpo_load_weights", args=(str(path), self.fault_skip_lm_head))
             self.commit_version(version)
 
-    def _load_in_process(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Hand the worker an iterator over the trainer's tensors: `collective_rpc` of an in-process engine
-        calls the worker directly, so nothing is serialised, written or copied on the way."""
+    def load_tensors(self, tensors: Iterator[tuple[str, torch.Tensor]], version: int) -> None:
+        """Hand the worker an iterator over the trainer's tensors, as the engine names them
+        (weight_sync.tensors.engine_tensors): `collective_rpc` of an in-process engine calls the worker
+        directly, so nothing is serialised, written or copied on the way."""
         parallel = self.llm.llm_engine.vllm_config.parallel_config
         one_worker_here = parallel.world_size == 1 or parallel.distributed_executor_backend == "external_launcher"
         if not one_worker_here or not hasattr(self.llm.llm_engine.engine_core, "engine_core"):
             # (under the external launcher this rank's worker holds its shard and takes its part of each tensor)
             raise RuntimeError("weight_sync=inprocess needs the engine core in this process with one worker "
                                "(built with weight_sync=inprocess, or on several ranks through vLLM's external launcher)")
-        tensors = engine_tensors(named_tensors, self.tied_lm_head, dtype=self.torch_dtype)
         if self.fault_skip_lm_head:  # fault injection for tests: leaves the engine's packed LM head stale
             tensors = ((n, t) for n, t in tensors if n != "lm_head.weight")
         with self.lock:
@@ -255,7 +239,7 @@ class VLLMGenerator(Generator):
         RAM and drops the KV cache, level 2 drops both (the next sync must reload the weights)."""
         if not self.can_sleep:
             raise RuntimeError("this engine was built without vLLM's sleep mode (sleep_level=0, or not on CUDA)")
-        self._check_idle()
+        self.check_idle()
         with self.lock:
             self.llm.sleep(level=level)
 
@@ -265,20 +249,11 @@ class VLLMGenerator(Generator):
             self.llm.wake_up()
             self.llm.reset_prefix_cache()  # the KV cache was dropped while asleep
 
-    def _check_idle(self) -> None:
+    def check_idle(self) -> None:
+        """Refuse a sync (or sleep) while submitted requests run: their samples would mix two policies."""
         if self._stream.in_flight:
             raise RuntimeError(f"weight sync with {self._stream.in_flight} submitted requests still running: their "
                                "samples would mix two policies; wait for them (the rollout does) before syncing")
-
-    def _send_nccl(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        from gigpo.rollout.nccl_sync import BroadcastWeightSender, EngineClient
-
-        if self._nccl_sender is None:
-            self._nccl_sender = BroadcastWeightSender(
-                EngineClient(self.llm), master_address="127.0.0.1", master_port=free_port(),
-                num_workers=self.llm.llm_engine.vllm_config.parallel_config.world_size,
-                tied_lm_head=self.tied_lm_head, shares_gpu=True, dtype=self.torch_dtype)
-        self._nccl_sender.send(named_tensors)
 
     def close(self) -> None:
         if getattr(self, "llm", None) is not None:

@@ -16,7 +16,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     from gigpo.infra.stopping import StopRequested, stop_on_signals
     from gigpo.plan import PlanError, check_fits
-    from gigpo.rollout.verify import SyncMismatchError
+    from gigpo.rollout.weight_sync.verify import SyncMismatchError
 
     config = load_config(args.recipe, args.overrides)
     stop_on_signals()

@@ -239,9 +239,9 @@ def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list]
           metrics: dict[str, float]) -> None:
     """Advantages, old and reference log-probs, the PPO-clip update (and the critic's), the weight sync, each
     rank on its own steps (possibly none: it still runs every collective the others run)."""
+    from gigpo.rollout.weight_sync import push_weights
     from gigpo.trainer.distributed import all_gather_objects
     from gigpo.trainer.memory_phases import enter_phase
-    from gigpo.trainer.setup import push_weights
     from gigpo.trainer.sharding import merge_gaps, merge_staleness
     from gigpo.trainer.step_batch import with_advantages
 
@@ -295,8 +295,7 @@ def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list]
     # ---- weight sync into the generator
     metrics.update(enter_phase(run, "generation"))  # vLLM wakes before its weights are reloaded
     with timer("sync"):  # async mode: queued for the producer, loaded between two rollouts
-        metrics.update(run.pipeline.sync(actor.named_weights(), iteration) if run.pipeline.is_async
-                       else push_weights(actor, run.generator, iteration, run.verifier))
+        metrics.update(push_weights(actor, run.generator, iteration, run.verifier, run.pipeline))
 
 
 def report_advantages(run: Run, iteration: int, last: bool, batch: "StepBatch", episodes: list,

@@ -1,7 +1,8 @@
-"""Where the loop gets each iteration's rollout and how weights reach the generator (rollout.mode).
+"""Where the loop gets each iteration's rollout, and when new weights reach the generator (rollout.mode).
 
-sync: `collect(i)` plays iteration i's rollout now, on the caller's thread, and `sync` pushes the
-weights now: generation waits for the update and the update for generation.
+sync: `collect(i)` plays iteration i's rollout now, on the caller's thread, and the weights are pushed
+right after the update (gigpo.rollout.weight_sync.push_weights, which loads and checks them): generation
+waits for the update and the update for generation.
 
 async: one producer thread owns the generator and the env pool. Everything that touches them runs on
 it as a job, in the order the controller submits them: rollouts, weight syncs, evaluations. So a weight
@@ -154,16 +155,16 @@ class RolloutPipeline(Generic[T]):
         return self.futures.pop(iteration).result()
 
     def sync(self, weights: Iterable, version: int) -> dict[str, float]:
-        """New weights (every rank iterates them: ZeRO-3 gathers are collective) for the generator. sync:
-        loaded now. async: a copy is queued for the producer, which loads it after the rollout in flight
-        (or, with mixed versions, before that rollout's next batched turn)."""
+        """async mode (gigpo.rollout.weight_sync.push_weights calls it): new weights (every rank iterates
+        them: ZeRO-3 gathers are collective) for the generator. A copy is queued for the producer, which loads
+        it after the rollout in flight (or, with mixed versions, before that rollout's next batched turn)."""
+        if not self.is_async:
+            raise RuntimeError("RolloutPipeline.sync queues weights in rollout.mode=async; in sync mode push "
+                               "them with gigpo.rollout.weight_sync.push_weights, which loads and checks them now")
         self.history.append(version)
         if self.generator is None:
             for _ in weights:
                 pass
-            return {}
-        if self.executor is None:
-            self.generator.update_weights(weights, version=version)
             return {}
         producer: ProducerGenerator = self.generator  # type: ignore[assignment]
         snapshot = list(weights)  # a copy: the actor trains on while the producer loads it

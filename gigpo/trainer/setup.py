@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gigpo.envs.pool import EnvPool
     from gigpo.rollout.generator import Generator
     from gigpo.rollout.records import PromptFn
-    from gigpo.rollout.verify import ProbeFollower, SyncVerifier
+    from gigpo.rollout.weight_sync.verify import ProbeFollower, SyncVerifier
     from gigpo.trainer.engines import ActorEngine, CriticEngine, ReferenceModel
     from gigpo.trainer.lora import AdapterFreeReference
     from gigpo.trainer.memory_phases import MemoryPhases
@@ -72,7 +72,7 @@ def build_verifier(config: Config, generator, vocab_size: int, world_size: int):
     """The probe that checks every sync (rollout.verify_sync) on each rank that generates. Under ZeRO-3 with
     several ranks the probe's trainer forward is collective: every rank runs as many as the rank scoring the
     most replicas, and a rank without a generator runs them without checking (a ProbeFollower)."""
-    from gigpo.rollout.verify import ProbeFollower, SyncVerifier, default_tolerance
+    from gigpo.rollout.weight_sync.verify import ProbeFollower, SyncVerifier, default_tolerance
     from gigpo.trainer.distributed import all_reduce_floats
 
     if not config.rollout.verify_sync:
@@ -83,18 +83,6 @@ def build_verifier(config: Config, generator, vocab_size: int, world_size: int):
     if generator is None:
         return ProbeFollower(vocab_size, forwards) if collective and forwards else None
     return SyncVerifier(generator, vocab_size, *default_tolerance(config.model.dtype), forwards=forwards)
-
-
-def push_weights(actor, generator, version: int, verifier=None) -> dict[str, float]:
-    """The actor's weights into the generator (None off rank 0) as `version`; every rank iterates them
-    (ZeRO-3 gathers are collective). A verifier's largest log-prob gap comes back as `rollout/sync_gap_max`.
-    An engine in this process (weight_sync=inprocess), or no generator, takes the gathered tensors where
-    they are; the others get host copies."""
-    from gigpo.rollout.verify import sync_weights
-
-    on_device = generator is None or getattr(generator, "takes_device_tensors", False)
-    gap = sync_weights(generator, actor.hf_module(), version, verifier, actor.named_weights(on_device=on_device))
-    return {} if gap is None else {"rollout/sync_gap_max": gap}
 
 
 @dataclass(eq=False)
@@ -175,6 +163,7 @@ def set_up(config: Config, resume: bool = False) -> Run:
     from gigpo.infra.cpu_bf16 import cpu_bf16_notice
     from gigpo.infra.dtypes import cpu_has_fast_bf16
     from gigpo.models.resolve import resolve_model_path
+    from gigpo.rollout.weight_sync import push_start, resume_weights
     from gigpo.trainer.batching import check_token_budget
     from gigpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
     from gigpo.trainer.distributed import barrier, broadcast_object, init_distributed
@@ -248,19 +237,9 @@ def set_up(config: Config, resume: bool = False) -> Run:
               f"with its own {config.rollout.backend} generator"
               f"{f' (vLLM executor {generator.executor})' if hasattr(generator, 'executor') else ''} and env pool",
               flush=True)
-    if config.rollout.server_urls:
-        # an external server holds what it was started with, or what an earlier run left in it (another
-        # version, the base model where this run starts from a warm-up, or not the checkpoint it resumes
-        # from): give it this run's start before the sync check's probe asks it for that version
-        weights = actor.named_weights()  # every rank iterates them: ZeRO-3 gathers are collective
-        if generator is not None:
-            generator.update_weights(weights, version=counters["iteration"], initial=True)
-        else:
-            for _ in weights:
-                pass
+    if config.rollout.server_urls:  # before the verifier: its probe asks the servers for this run's start
+        push_start(actor, generator, counters["iteration"])
     verifier = build_verifier(config, generator, actor.hf_module().config.vocab_size, rank.world_size)
-    if verifier is not None and config.rollout.server_urls and checkpoint is not None:
-        verifier.check(actor.hf_module())  # the resumed start, as push_weights checks every other sync
     logger = None
     if main:
         logger = MetricsLogger(run_dir, config.logging.wandb_mode, config.logging.wandb_project,
@@ -268,8 +247,8 @@ def set_up(config: Config, resume: bool = False) -> Run:
         logger.truncate_after(counters["iteration"])
         print(f"gigpo: training {a.estimator} on {e.id} with {model_path}: iterations {counters['iteration'] + 1}.."
               f"{t.iterations}, {e.num_groups} groups x {e.group_size}, run dir {run_dir}", flush=True)
-    if checkpoint is not None and not config.rollout.server_urls:
-        push_weights(actor, generator, counters["iteration"], verifier)
+    if checkpoint is not None:
+        resume_weights(actor, generator, counters["iteration"], verifier, started=bool(config.rollout.server_urls))
     return Run(config=config, main=main, world_size=rank.world_size, run_dir=run_dir, model_path=model_path,
                tokenizer=tokenizer, actor=actor, reference=reference, critic=critic, pool=pool, eval_pool=eval_pool,
                prompt_fn=prompt_fn, generator=generator, verifier=verifier, logger=logger, recorder=recorder,

@@ -9,7 +9,7 @@ from gpu_marks import requires_cuda
 from gigpo.config import Config, load_config
 from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.hf_backend import HFGenerator
-from gigpo.rollout.verify import sync_weights
+from gigpo.rollout.weight_sync import sync_weights
 from gigpo.rollout.vllm_backend import VLLMGenerator
 from gigpo.trainer.memory_phases import MemoryPhases
 from rollout.conftest import GREEDY, sample_prompts

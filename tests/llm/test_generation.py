@@ -5,7 +5,8 @@ import pytest
 
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.types import SamplingSettings
-from gigpo.rollout.verify import SyncVerifier, sync_weights
+from gigpo.rollout.weight_sync import sync_weights
+from gigpo.rollout.weight_sync.verify import SyncVerifier
 from support.greedy import assert_greedy_matches, tokens
 from support.models import load_trainer_model, perturb
 

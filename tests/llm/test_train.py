@@ -11,7 +11,7 @@ import torch
 from gigpo.config import load_config
 from gigpo.envs.pool import EnvPool
 from gigpo.infra.dtypes import cpu_has_fast_bf16
-from gigpo.rollout.verify import default_tolerance
+from gigpo.rollout.weight_sync.verify import default_tolerance
 from gigpo.trainer.setup import build_prompt_fn
 from support.run import REPO, gigpo
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gigpo.rollout.hf_backend import HFGenerator
-from gigpo.rollout.verify import SyncVerifier
+from gigpo.rollout.weight_sync.verify import SyncVerifier
 
 from support.greedy import assert_greedy_matches, tokens
 from support.models import load_trainer_model, perturb
@@ -73,7 +73,7 @@ def test_spy_flags_the_shm_path(inprocess_generator, tiny_model_dir):
 
 def test_inprocess_sync_skipping_the_tied_head_fails_verification(inprocess_generator, tiny_model_dir):
     """The head is sent by reference from the embedding; without it the probe shows the stale head."""
-    from gigpo.rollout.verify import SyncMismatchError
+    from gigpo.rollout.weight_sync.verify import SyncMismatchError
 
     gen = inprocess_generator
     model = load_trainer_model(tiny_model_dir)
@@ -97,7 +97,7 @@ def test_zero3_actor_syncs_in_process_without_copies(inprocess_generator, tiny_m
 
     from gigpo.config import build_config
     from gigpo.trainer.engines import ActorEngine, settings_from_config
-    from gigpo.trainer.setup import push_weights
+    from gigpo.rollout.weight_sync import push_weights
 
     gen = inprocess_generator
     engine, loss = settings_from_config(build_config({"model": {"init": "tiny", "dtype": "fp32"}}))

@@ -17,7 +17,7 @@ from support.sync_spy import spy_on_sync  # noqa: E402
 
 def main(model_dir: str) -> None:
     from gigpo.rollout.engine_settings import EngineSettings
-    from gigpo.rollout.verify import SyncVerifier
+    from gigpo.rollout.weight_sync.verify import SyncVerifier
     from gigpo.rollout.vllm_backend import VLLMGenerator
     from gigpo.trainer.distributed import init_distributed
 

@@ -8,7 +8,7 @@ import torch
 
 from gigpo.rollout.hf_backend import HFGenerator, inverse_cdf_draw, sampling_warpers
 from gigpo.rollout.types import SamplingSettings
-from gigpo.rollout.verify import trainer_logprobs
+from gigpo.rollout.weight_sync.verify import trainer_logprobs
 
 from support.models import load_trainer_model, perturb
 from support.tolerance import logprob_tolerance

@@ -17,9 +17,9 @@ from gigpo.config import build_config
 from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.server_client import ServerGenerator
-from gigpo.rollout.verify import SyncVerifier
+from gigpo.rollout.weight_sync import push_weights
+from gigpo.rollout.weight_sync.verify import SyncVerifier
 from gigpo.trainer.checkpoint import save_checkpoint
-from gigpo.trainer.setup import push_weights
 
 from support.greedy import assert_greedy_matches, tokens
 

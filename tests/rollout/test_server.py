@@ -16,8 +16,8 @@ from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.server import check_exposure
 from gigpo.rollout.server_client import ServerError, ServerGenerator
 from gigpo.rollout.types import SamplingSettings
-from gigpo.rollout.verify import SyncVerifier
-from gigpo.rollout.weights import full_state_dict, ties_lm_head, write_weights_file
+from gigpo.rollout.weight_sync.verify import SyncVerifier
+from gigpo.rollout.weight_sync.tensors import full_state_dict, ties_lm_head, write_weights_file
 
 from support.greedy import assert_greedy_matches, tokens
 from support.models import load_trainer_model, perturb

@@ -9,7 +9,8 @@ import torch
 
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.types import SamplingSettings
-from gigpo.rollout.verify import SyncMismatchError, SyncVerifier, sync_weights, trainer_logprobs
+from gigpo.rollout.weight_sync import sync_weights
+from gigpo.rollout.weight_sync.verify import SyncMismatchError, SyncVerifier, trainer_logprobs
 
 from support.greedy import assert_greedy_matches, tokens
 from support.models import load_trainer_model, perturb

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from gigpo.rollout.vllm_worker import RELOAD_LOGGER, install_reload_warning_filter
+from gigpo.rollout.weight_sync.worker import RELOAD_LOGGER, install_reload_warning_filter
 
 
 def test_reload_warning_is_dropped_for_rotary_tables_only(caplog):

@@ -5,7 +5,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from gigpo.rollout.weights import full_state_dict, write_weights_file
+from gigpo.rollout.weight_sync.tensors import full_state_dict, write_weights_file
 
 
 def test_tied_head_is_added_and_file_round_trips(tmp_path):
@@ -29,7 +29,7 @@ def test_untied_model_missing_its_head_is_an_error():
 
 
 def test_broadcast_list_adds_the_tied_head_and_casts_only_when_sent():
-    from gigpo.rollout.nccl_sync import tensor_meta, to_send
+    from gigpo.rollout.weight_sync.broadcast import tensor_meta, to_send
 
     embed = torch.randn(5, 3)
     tensors = to_send([("module.model.embed_tokens.weight", embed), ("model.norm.weight", torch.ones(3))],

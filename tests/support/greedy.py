@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from gigpo.rollout.verify import DEFAULT_TOLERANCE
+from gigpo.rollout.weight_sync.verify import DEFAULT_TOLERANCE
 
 NEAR_TIE = 2 * DEFAULT_TOLERANCE[torch.float32][0]
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 
 from gigpo.config import build_config
-from gigpo.rollout.verify import ProbeFollower, SyncMismatchError, SyncVerifier, sync_weights
+from gigpo.rollout.weight_sync import sync_weights
+from gigpo.rollout.weight_sync.verify import ProbeFollower, SyncMismatchError, SyncVerifier
 from gigpo.trainer.distributed import init_distributed, shutdown_distributed
 from gigpo.trainer.engines import ActorEngine, settings_from_config
 from gigpo.trainer.setup import build_generator, build_verifier

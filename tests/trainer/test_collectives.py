@@ -64,7 +64,7 @@ def test_served_device_types_follow_torchs_backend_table():
 
 def test_only_the_distributed_module_calls_torch_distributed_collectives():
     """Every collective of gigpo/ goes through gigpo/trainer/distributed.py, whose helpers pass the side
-    group, so the two-rank test above covers them all. (The weight-sync broadcast, gigpo/rollout/nccl_sync.py,
+    group, so the two-rank test above covers them all. (The weight-sync broadcast, gigpo/rollout/weight_sync/broadcast.py,
     runs on a process group of its own and on its own device: it calls the group object, not torch.distributed.)"""
     offenders, unrouted = [], []
     for path in sorted((REPO / "gigpo").rglob("*.py")):

@@ -31,7 +31,7 @@ def install_reload_warning_filter() -> None:
 
 class WeightSyncExtension:
     """Mixed into vLLM's worker: reload all weights from a safetensors file the trainer wrote, or from a
-    broadcast the trainer sends (gigpo/rollout/nccl_sync.py). Uses only what vLLM 0.26-0.33 all have:
+    broadcast the trainer sends (gigpo/rollout/weight_sync/broadcast.py). Uses only what vLLM 0.26-0.33 all have:
     `worker_extension_cls`, `self.rank`, `self.device` and `reload_weights(weights_iterator=...)`."""
 
     def gigpo_load_weights(self, path: str, skip_lm_head: bool = False) -> int:
@@ -65,7 +65,7 @@ class WeightSyncExtension:
 
     def gigpo_init_broadcast(self, info: dict) -> None:
         """Join the trainer's weight-sync group as rank 1 + this worker's rank (blocks until all joined)."""
-        from gigpo.rollout.nccl_sync import open_group
+        from gigpo.rollout.weight_sync.broadcast import open_group
 
         self.gigpo_backend = info["backend"]
         self.gigpo_group = open_group(info["address"], int(info["port"]), 1 + self.rank, int(info["world_size"]),
@@ -73,7 +73,7 @@ class WeightSyncExtension:
 
     def gigpo_receive_broadcast(self, meta: list) -> int:
         """Receive the tensors `meta` names as the trainer broadcasts them, loading each as it comes."""
-        from gigpo.rollout.nccl_sync import receive_iterator
+        from gigpo.rollout.weight_sync.broadcast import receive_iterator
 
         if getattr(self, "gigpo_group", None) is None:
             raise RuntimeError("gigpo_receive_broadcast before gigpo_init_broadcast: no weight-sync group")

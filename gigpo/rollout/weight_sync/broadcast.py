@@ -5,7 +5,7 @@ Why gigpo's own group rather than vLLM's weight-transfer API: that API (NCCLTrai
 NCCLTrainerWeightTransferEngine) arrived after vLLM 0.26, and gigpo supports 0.26 through 0.33. A
 group built from a TCPStore plus torch's ProcessGroupNCCL / ProcessGroupGloo exists on every torch
 those versions pin, lives beside vLLM's and the trainer's own groups, and the same code runs on
-CPU with gloo, which is how it is tested here (tests/rollout/test_nccl_sync.py). It also reaches a
+CPU with gloo, which is how it is tested here (tests/rollout/test_vllm.py, test_server.py). It also reaches a
 server on another machine, where the /dev/shm file of the shm path cannot.
 
 Handshake (once per engine): the trainer opens the store at `address:port` (rank 0) while the engine's
@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
 
-from gigpo.rollout.weights import EMBED, LM_HEAD, needs_tied_head
+from gigpo.rollout.weight_sync.tensors import EMBED, LM_HEAD, needs_tied_head
 
 GROUP_TIMEOUT_S = 300.0
 """How long a rendezvous or one broadcast may wait for the other side before it fails."""

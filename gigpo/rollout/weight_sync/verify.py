@@ -13,7 +13,7 @@ faults (an untied or stale LM head, a stale prefix cache after real updates).
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Optional
 
 import torch
 
@@ -124,20 +124,3 @@ def default_tolerance(dtype: str) -> tuple[float, float]:
     from gigpo.infra.dtypes import torch_dtype
 
     return DEFAULT_TOLERANCE[torch_dtype(dtype)]
-
-
-def sync_weights(generator: Optional[Generator], model: torch.nn.Module, version: int,
-                 verifier: Optional[SyncVerifier] = None,
-                 named_tensors: Optional[Iterable[tuple[str, torch.Tensor]]] = None) -> Optional[float]:
-    """What the trainer calls after an optimiser phase: push `model`'s parameters (or the given
-    gathered `named_tensors`) as `version`, then verify if a verifier is given (returns the gap).
-
-    Without a generator (the ranks other than 0) the tensors are still iterated: gathering them under
-    ZeRO-3 is collective, so every rank must take part."""
-    tensors = named_tensors if named_tensors is not None else model.named_parameters()
-    if generator is None:
-        for _ in tensors:
-            pass
-        return verifier.check(model) if verifier is not None else None  # a ProbeFollower: its forwards
-    generator.update_weights(tensors, version)
-    return verifier.check(model) if verifier is not None else None
