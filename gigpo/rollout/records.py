@@ -3,7 +3,7 @@ fills them, shared by the turn-batched and the async drivers so both record a st
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -71,12 +71,6 @@ def env_answer(completion: Completion) -> str:
     return UnfinishedResponse(completion.text) if completion.finish_reason == "length" else completion.text
 
 
-PLAYED = ("group", "traj", "step", "prompt_ids", "response_ids", "behaviour_logprobs", "reward", "anchor_text",
-          "action_valid", "truncated_response", "observation", "response", "action", "invalid_reason",
-          "policy_version")
-"""The StepRows columns a rollout fills, one entry per step; the anchor key is hashed from anchor_text at the end."""
-
-
 class RolloutTally:
     """Accumulates the steps' columns, returns, invalid counts, tokens and phase times while a rollout runs."""
 
@@ -84,7 +78,8 @@ class RolloutTally:
         self.group_offset = group_offset
         self.traj_offset = group_offset * group_size  # ids stay unique when re-drawn groups join a batch
         self.max_prompt_tokens = max_prompt_tokens
-        self.columns: dict[str, list[Any]] = {name: [] for name in PLAYED}
+        self.columns: defaultdict[str, list[Any]] = defaultdict(list)
+        """StepRows' columns by name, one entry per step recorded; StepRows itself at the end (steps())."""
         self.returns = {v.episode_idx: 0.0 for v in views}
         self.invalid: Counter = Counter()
         self.tokens = 0
@@ -120,7 +115,7 @@ class RolloutTally:
 
     def steps(self) -> StepRows:
         """The steps recorded so far, in (step, traj) order, each state's anchor key hashed once here."""
-        if not self.columns["reward"]:
+        if not self.columns:
             return StepRows.empty()
         rows = StepRows(anchor=anchor_keys(self.columns["anchor_text"]), **self.columns)
         return rows.in_step_order()
