@@ -26,7 +26,7 @@ a few lines:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
@@ -163,8 +163,8 @@ def step_groups(rows: StepRows, layout: TrajectoryLayout, similarity: Optional[f
 def scored(rows: StepRows, advantage: np.ndarray, episode: np.ndarray, step: np.ndarray, size: np.ndarray,
            returns: np.ndarray) -> StepRows:
     """`rows` with an estimator's five output columns (in the rows' order)."""
-    return replace(rows, advantage=advantage, episode_advantage=episode, step_advantage=step, step_group_size=size,
-                   returns=returns)
+    return rows.with_columns(advantage=advantage, episode_advantage=episode, step_advantage=step,
+                             step_group_size=size, returns=returns)
 
 
 # --------------------------------------------------------------------------- estimators

@@ -13,13 +13,14 @@ stay pure functions over its arrays. Every column but the five ids-and-reward on
 from a JSONL dump (`gigpo advantage`) carry no tokens, and a rollout's rows carry no advantages yet.
 
 Rows may come in any order (the rollout appends them as environments finish). A trajectory is
-identified by the pair (group, traj); inside it, `step` orders the rows. Validation happens once,
-at construction (and again for each new set of rows `replace` or `select` makes), so the estimators,
-the trainer and the viewer can trust the columns and stay free of checks.
+identified by the pair (group, traj); inside it, `step` orders the rows. Validation happens once, at
+construction (`with_columns` checks only the columns it sets), so the estimators, the trainer and the
+viewer can trust the columns and stay free of checks.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+import copy
+from dataclasses import dataclass, field, fields
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -64,15 +65,41 @@ def _as_float64(name: str, values: object, finite: bool = True) -> np.ndarray:
     return array
 
 
+REQUIRED = ("group", "traj", "step", "reward", "anchor")
 INT_COLUMNS = ("group", "traj", "step", "anchor", "policy_version", "step_group_size")
-FLOAT_COLUMNS = ("reward", "value")
+FINITE_COLUMNS = ("reward", "value")
 """Checked finite here: what the estimators read."""
 ESTIMATE_COLUMNS = ("advantage", "episode_advantage", "step_advantage", "returns")
 """The estimator's float outputs; the trainer checks them finite with the iteration named (nonfinite.py)."""
 BOOL_COLUMNS = ("action_valid", "truncated_response")
-SEQUENCE_COLUMNS = ("anchor_text", "prompt_ids", "response_ids", "behaviour_logprobs", "token_values",
-                    "observation", "response", "action", "invalid_reason")
-"""One Python object per row (token lists, texts, tensors), kept as tuples."""
+TOKEN_COLUMNS = ("prompt_ids", "response_ids", "behaviour_logprobs", "token_values")
+
+
+def _column(name: str, values: Any, n: int) -> Any:
+    """Column `name` of n rows, normalised (int64, float64 or bool arrays; tuples for per-row objects), or
+    None where an optional column is absent; an error names the column."""
+    if values is None:
+        if name in REQUIRED:
+            raise AdvantageInputError(f"step rows are missing the field {name!r}")
+        return None
+    if name in INT_COLUMNS:
+        column = _as_int64(name, values)
+    elif name in FINITE_COLUMNS or name in ESTIMATE_COLUMNS:
+        column = _as_float64(name, values, finite=name in FINITE_COLUMNS)
+    elif name in BOOL_COLUMNS:
+        column = np.asarray(values, dtype=bool)
+    else:  # one Python object per row: token lists, texts, tensors
+        column = values if isinstance(values, tuple) else tuple(values)
+        if len(column) != n:
+            raise AdvantageInputError(f"{name} has {len(column)} entries, expected {n}")
+        if name == "anchor_text":
+            bad = [i for i, t in enumerate(column) if not isinstance(t, str)]
+            if bad:
+                raise AdvantageInputError(f"anchor_text must be strings; rows {_row_list(np.asarray(bad))} are not")
+        return column
+    if column.shape != (n,):
+        raise AdvantageInputError(f"field {name!r} has shape {column.shape}, expected ({n},) like 'reward'")
+    return column
 
 
 @dataclass(frozen=True, eq=False)  # arrays: compare fields with numpy, not ==
@@ -116,35 +143,9 @@ class StepRows:
     _layout: TrajectoryLayout = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        set_ = object.__setattr__  # frozen: normalise the columns once, here
         n = len(self.reward) if self.reward is not None else 0
-        for name in INT_COLUMNS:
-            if name in ("policy_version", "step_group_size") and getattr(self, name) is None:
-                continue
-            set_(self, name, _as_int64(name, getattr(self, name)))
-        set_(self, "reward", _as_float64("reward", self.reward))
-        for name in ("value", *ESTIMATE_COLUMNS):
-            if getattr(self, name) is not None:
-                set_(self, name, _as_float64(name, getattr(self, name), finite=name == "value"))
-        for name in BOOL_COLUMNS:
-            if getattr(self, name) is not None:
-                set_(self, name, np.asarray(getattr(self, name), dtype=bool))
-        for name in (*INT_COLUMNS, *FLOAT_COLUMNS, *ESTIMATE_COLUMNS, *BOOL_COLUMNS):
-            array = getattr(self, name)
-            if array is not None and array.shape != (n,):
-                raise AdvantageInputError(f"field {name!r} has shape {array.shape}, expected ({n},) like 'reward'")
-        for name in SEQUENCE_COLUMNS:
-            column = getattr(self, name)
-            if column is None:
-                continue
-            if not isinstance(column, tuple):
-                set_(self, name, column := tuple(column))
-            if len(column) != n:
-                raise AdvantageInputError(f"{name} has {len(column)} entries, expected {n}")
-        if self.anchor_text is not None:
-            bad = [i for i, t in enumerate(self.anchor_text) if not isinstance(t, str)]
-            if bad:
-                raise AdvantageInputError(f"anchor_text must be strings; rows {_row_list(np.asarray(bad))} are not")
+        for name in self.columns():
+            object.__setattr__(self, name, _column(name, getattr(self, name), n))  # frozen: normalised once, here
         self._check_tokens()
         layout = TrajectoryLayout.build(self.group, self.traj, self.step)
         if layout.first_duplicate is not None:
@@ -154,7 +155,7 @@ class StepRows:
                 f"(group={self.group[a]}, traj={self.traj[a]}, step={self.step[a]}); "
                 "each (group, traj, step) must appear once (do not pad batches with duplicated rows)"
             )
-        set_(self, "_layout", layout)
+        object.__setattr__(self, "_layout", layout)
 
     def _check_tokens(self) -> None:
         """A trained step needs a prompt, a response, and one behaviour log-prob (and critic value) per token."""
@@ -232,9 +233,22 @@ class StepRows:
                    for name, column in self.columns().items() if column is not None}
         return [{name: column[i] for name, column in present.items()} for i in range(len(self))]
 
+    def with_columns(self, **changes: Any) -> "StepRows":
+        """These rows with columns set, replaced or (None) dropped: e.g. an estimator's outputs. The ids stay
+        (`select` or a new StepRows changes those), so only the changed columns are checked and the
+        trajectory layout is kept."""
+        if {"group", "traj", "step"} & set(changes):
+            raise AdvantageInputError("with_columns() keeps the ids; build new StepRows to change group, traj or step")
+        out = copy.copy(self)
+        for name, values in changes.items():
+            object.__setattr__(out, name, _column(name, values, len(self)))
+        if set(changes) & set(TOKEN_COLUMNS):
+            out._check_tokens()
+        return out
+
     def without(self, *names: str) -> "StepRows":
         """These rows without the named optional columns (e.g. what need not cross processes)."""
-        return replace(self, **{name: None for name in names})
+        return self.with_columns(**{name: None for name in names})
 
     def in_step_order(self) -> "StepRows":
         """The rows sorted by (step, traj): the order a batched rollout produces them in."""

@@ -11,7 +11,6 @@ never were rows. The batcher then packs samples into micro-batches (batching.py)
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
@@ -41,15 +40,16 @@ def with_advantages(rows: StepRows, algorithm: "AlgorithmConfig", split_versions
     """
     a = algorithm
     if token_values is not None:
-        rows = replace(rows, token_values=tuple(token_values), value=[float(v[0]) for v in token_values])
+        rows = rows.with_columns(token_values=tuple(token_values), value=[float(v[0]) for v in token_values])
     scored = compute_advantages(a.estimator, rows, gamma=a.gamma, lam=a.lam, step_weight=a.step_weight, norm=a.norm,
                                 episode_stats=a.episode_stats, similarity=a.similarity,
                                 step_min_spread=a.step_min_spread, split_versions=split_versions)
     require_finite("advantages", scored.advantage, where)
     if placebo is not None:
         order = placebo_order(len(scored), *placebo)
-        scored = replace(scored, advantage=scored.advantage[order], episode_advantage=scored.episode_advantage[order],
-                         step_advantage=scored.step_advantage[order])
+        scored = scored.with_columns(advantage=scored.advantage[order],
+                                     episode_advantage=scored.episode_advantage[order],
+                                     step_advantage=scored.step_advantage[order])
     return scored
 
 

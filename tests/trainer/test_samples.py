@@ -111,13 +111,17 @@ def test_a_bad_step_is_refused_at_construction_naming_the_step(played):
     short = list(rows.behaviour_logprobs)
     short[1] = short[1][:-1]
     with pytest.raises(AdvantageInputError, match="step 1 has .* behaviour log-probs"):
-        replace(rows, behaviour_logprobs=short)
+        rows.with_columns(behaviour_logprobs=short)  # a column set later is checked as it is set
     empty = list(rows.response_ids)
     empty[0] = []
     with pytest.raises(AdvantageInputError, match="step 0 has an empty response"):
         replace(rows, response_ids=empty)
     with pytest.raises(AdvantageInputError, match="observation has 1 entries"):
-        replace(rows, observation=rows.observation[:1])
+        rows.with_columns(observation=rows.observation[:1])
+    with pytest.raises(AdvantageInputError, match="'advantage' has shape"):
+        rows.with_columns(advantage=np.zeros(len(rows) + 1))
+    with pytest.raises(AdvantageInputError, match="keeps the ids"):
+        rows.with_columns(traj=rows.traj + 1)
     with pytest.raises(AdvantageInputError, match="same step"):
         StepRows.concat([rows, rows])
     with pytest.raises(ValueError, match="needs scored rows"):
