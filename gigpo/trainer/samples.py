@@ -4,10 +4,11 @@
     samples = train_samples(rows, tokenizer)                                       # what the engines take
 
 The rows (gigpo.advantage.rows.StepRows) carry a step from the env to here. `train_samples` is the one
-conversion left on the way to the loss, and it stays because the engines take a list of samples: each
-sample gains per-token tensors after it is built (the actor's old log-probs, the reference's, the
-generator's for the rollout correction), and the same engines train on supervised warm-up samples that
-never were rows. The batcher then packs samples into micro-batches (batching.py).
+conversion left on the way to the loss. It stays because the engines (engines.py) take a list of
+samples: the loop attaches per-token tensors to each sample after it is built (the actor's old
+log-probs, the reference's, the generator's for the rollout correction), and the engine tests and
+benchmarks drive the engines with samples that never were rows. The batcher then packs samples into
+micro-batches (batching.py).
 """
 from __future__ import annotations
 
