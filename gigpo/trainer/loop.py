@@ -239,8 +239,8 @@ def learn(run: Run, iteration: int, rows: "StepRows", episodes: Optional[list], 
     rank on its own steps (possibly none: it still runs every collective the others run)."""
     from gigpo.trainer.distributed import all_gather_objects
     from gigpo.trainer.memory_phases import enter_phase
-    from gigpo.trainer.setup import push_weights
     from gigpo.trainer.samples import bare_samples, train_samples, with_advantages
+    from gigpo.trainer.setup import push_weights
     from gigpo.trainer.sharding import merge_gaps, merge_staleness
 
     a, t = run.config.algorithm, run.config.trainer
