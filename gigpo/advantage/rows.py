@@ -32,6 +32,10 @@ class AdvantageInputError(ValueError):
     """Rows or options that cannot be used; the message names the offending rows, column or option."""
 
 
+class NonFiniteRows(AdvantageInputError):
+    """A reward or value is NaN or infinite. The trainer stops on it as on any NaN (trainer/nonfinite.py)."""
+
+
 def _row_list(rows: np.ndarray, limit: int = 5) -> str:
     shown = ", ".join(str(int(r)) for r in rows[:limit])
     more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
@@ -58,7 +62,7 @@ def _as_float64(name: str, values: object, finite: bool = True) -> np.ndarray:
         raise AdvantageInputError(f"field {name!r} must hold numbers: {exc}") from None
     bad = np.flatnonzero(~np.isfinite(array)) if finite else ()
     if len(bad):
-        raise AdvantageInputError(
+        raise NonFiniteRows(
             f"field {name!r} is NaN or infinite in rows {_row_list(bad)}; "
             "fix the reward/value before computing advantages"
         )

@@ -30,7 +30,7 @@ import numpy as np
 
 from gigpo.config import Config
 from gigpo.infra.seeds import probe_seed, rank_sampling_seed, rollout_sampling_seed, train_seeds
-from gigpo.trainer.nonfinite import require_finite
+from gigpo.trainer.nonfinite import require_finite, stop_on_nonfinite_rows
 from gigpo.trainer.pipeline import RolloutPipeline
 from gigpo.trainer.rollout_correction import correction_from_config
 from gigpo.trainer.setup import Run
@@ -132,8 +132,10 @@ def play(run: Run, iteration: int) -> tuple["StepRows", list, dict[str, float], 
                               per_request=generator.turns == "async")
     settings = sampling(config, evaluation=False, seed=seed)
     bar = EpisodeBar(f"iter {iteration} rollout", config.logging.progress and run.main)
-    played = rollout(run.pool, generator, run.prompt_fn, train_seeds(config, iteration)[share.start:share.stop],
-                     e.group_size, settings, config.rollout.max_prompt_tokens, group_offset=share.start, progress=bar)
+    with stop_on_nonfinite_rows(f"iteration {iteration}, phase rollout"):
+        played = rollout(run.pool, generator, run.prompt_fn, train_seeds(config, iteration)[share.start:share.stop],
+                         e.group_size, settings, config.rollout.max_prompt_tokens, group_offset=share.start,
+                         progress=bar)
     bar.close()
     metrics.update(played.metrics())
     metrics.update(played.env_faults)
@@ -164,9 +166,11 @@ def redraw_uninformative(run: Run, iteration: int, rows: "StepRows", episodes: l
             break
         seed = rank_sampling_seed(rollout_sampling_seed(config.trainer.seed, iteration, draw), run.share.rank,
                                   per_request=generator.turns == "async")
-        extra = rollout(run.pool, generator, run.prompt_fn, train_seeds(config, iteration, draw)[share.start:share.stop],
-                        e.group_size, replace(settings, seed=seed), config.rollout.max_prompt_tokens,
-                        group_offset=draw * e.num_groups + share.start)
+        with stop_on_nonfinite_rows(f"iteration {iteration}, re-draw {draw}"):
+            extra = rollout(run.pool, generator, run.prompt_fn,
+                            train_seeds(config, iteration, draw)[share.start:share.stop], e.group_size,
+                            replace(settings, seed=seed), config.rollout.max_prompt_tokens,
+                            group_offset=draw * e.num_groups + share.start)
         draws.append(extra.steps)
         episodes = episodes + extra.episodes
         keep |= informative(draws[-1])
@@ -218,8 +222,9 @@ def evaluate_shared(run: Run, iteration: int) -> dict[str, float]:
     from gigpo.trainer.evaluation import play_evaluation
     from gigpo.trainer.sharding import merge_rollouts
 
-    local = run.pipeline.call(lambda: play_evaluation(run.config, run.eval_pool, run.generator, run.prompt_fn,
-                                                      share=run.share)) if run.share else None
+    with stop_on_nonfinite_rows(f"iteration {iteration}, phase eval"):
+        local = run.pipeline.call(lambda: play_evaluation(run.config, run.eval_pool, run.generator, run.prompt_fn,
+                                                          share=run.share)) if run.share else None
     hook = run.recorder.eval_hook(iteration)
     if run.world_size > 1 and local is not None and hook is None:  # steps travel only for the record
         local = replace(local, steps=StepRows.empty())

@@ -13,6 +13,7 @@ import torch
 from gigpo.advantage.estimators import compute_advantages
 from gigpo.advantage.rows import AdvantageInputError, StepRows
 from gigpo.config import load_config
+from gigpo.trainer.nonfinite import NonFiniteError, stop_on_nonfinite_rows
 from gigpo.trainer.samples import train_samples, with_advantages
 
 
@@ -106,8 +107,13 @@ def test_selecting_and_joining_rows_keeps_every_column_together(played):
 
 def test_a_bad_step_is_refused_at_construction_naming_the_step(played):
     _, _, rows = played
+    nan_reward = np.where(np.arange(len(rows)) == 2, np.nan, rows.reward)
     with pytest.raises(AdvantageInputError, match="'reward' is NaN or infinite in rows 2"):
-        replace(rows, reward=np.where(np.arange(len(rows)) == 2, np.nan, rows.reward))
+        replace(rows, reward=nan_reward)
+    # in training it stops the run as any NaN does (exit code 3), naming the iteration and phase
+    with pytest.raises(NonFiniteError, match="iteration 4, phase rollout: non-finite step rows: .*'reward'.* rows 2"):
+        with stop_on_nonfinite_rows("iteration 4, phase rollout"):
+            replace(rows, reward=nan_reward)
     short = list(rows.behaviour_logprobs)
     short[1] = short[1][:-1]
     with pytest.raises(AdvantageInputError, match="step 1 has .* behaviour log-probs"):
