@@ -72,8 +72,8 @@ def main() -> None:
 
     from gigpo.infra.seeds import train_seeds
     from gigpo.rollout.collect import rollout
+    from gigpo.advantage.rows import StepRows
     from gigpo.trainer import setup
-    from gigpo.trainer.step_batch import StepBatch
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="HF model directory, e.g. RUN/warmup/hf")
@@ -89,26 +89,26 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
     pool, generator = setup.build_pool(config), setup.build_generator(config, args.checkpoint)
     prompt_fn = setup.build_prompt_fn(config, tokenizer)
-    steps, episodes = [], []
+    draws, episodes = [], []
     try:
         for it in range(1, args.iterations + 1):
             batch = rollout(pool, generator, prompt_fn, train_seeds(config, it), config.env.group_size,
                             setup.sampling(config, evaluation=False, seed=it), config.rollout.max_prompt_tokens,
                             group_offset=it * config.env.num_groups)
-            steps += batch.steps
+            draws.append(batch.steps)
             episodes += batch.episodes
     finally:
         generator.close()
         pool.close()
+    rows = StepRows.concat(draws)
     labels = []
-    for s in steps:
-        match = _ACTION.search(tokenizer.decode(s.response_ids))
-        good = optimal_moves(s.anchor, config.env.id)
+    for response, state in zip(rows.response_ids, rows.anchor_text):
+        match = _ACTION.search(tokenizer.decode(response))
+        good = optimal_moves(state, config.env.id)
         labels.append(None if not match or match.group(1) not in MOVES or not good else match.group(1) in good)
     keep = np.array([x is not None for x in labels])
     optimal = np.array([bool(x) for x in labels])
-    print(f"{len(steps)} steps, {keep.sum()} with a valid move from a solvable state, {optimal.sum()} of them optimal")
-    rows = StepBatch.from_records(steps).rows
+    print(f"{len(rows)} steps, {keep.sum()} with a valid move from a solvable state, {optimal.sum()} of them optimal")
     a = config.algorithm
     separation = {}
     for name in ("gigpo", "grpo", "rloo"):
@@ -129,7 +129,7 @@ def main() -> None:
                 step_gap = step_part[shared & optimal].mean() - step_part[shared & ~optimal].mean()
                 print(f"gigpo  step part alone, rows in step groups > 1 ({shared.sum()} rows): "
                       f"gap / std = {step_gap / step_part[shared].std():.3f}")
-            won_group = _step_groups_with_a_win(rows, result, won_steps(steps, episodes))
+            won_group = _step_groups_with_a_win(rows, result, won_steps(rows, episodes))
             multi = result.step_group_size > 1
             print(f"gigpo  rows in step groups > 1 whose group holds no winning trajectory: "
                   f"{(multi & ~won_group).sum() / max(multi.sum(), 1):.1%}, carrying "
@@ -142,7 +142,7 @@ def main() -> None:
         for item in variant.split(","):
             key, value = item.split("=", 1)
             if key == "anchor":  # what makes two rows one step group
-                variant_rows = regroup(rows, steps, value)
+                variant_rows = regroup(rows, value)
                 continue
             if key not in options:
                 raise SystemExit(f"--variants: unknown key {key!r}; one of {', '.join(options)}")
@@ -170,7 +170,7 @@ def within_trajectory_separation(adv: np.ndarray, rows, keep: np.ndarray, optima
     return float((centred[keep & optimal].mean() - centred[keep & ~optimal].mean()) / spread)
 
 
-def regroup(rows, steps, how: str):
+def regroup(rows, how: str):
     """The rows with other anchors. `state` as played; `state+step`: the same state at the same step
     index only (a revisit later in an episode has fewer steps left, so a lower return whatever the move);
     `first-visit`: a trajectory's later visits of a state get anchors of their own (no step group)."""
@@ -178,26 +178,27 @@ def regroup(rows, steps, how: str):
 
     from gigpo.advantage.anchors import anchor_keys
 
-    texts = [s.anchor for s in steps]
+    texts, ids = rows.anchor_text, list(zip(rows.group.tolist(), rows.traj.tolist(), rows.step.tolist()))
     if how == "state":
         return rows
     if how == "state+step":
-        return replace(rows, anchor=anchor_keys([f"{t}\x00{s.step}" for t, s in zip(texts, steps)]), anchor_text=None)
+        return replace(rows, anchor=anchor_keys([f"{t}\x00{step}" for t, (_, _, step) in zip(texts, ids)]),
+                       anchor_text=None)
     if how == "first-visit":
         seen: set[tuple[int, int, str]] = set()
         keyed = []
-        for t, s in zip(texts, steps):
-            first = (s.group, s.traj, t) not in seen
-            seen.add((s.group, s.traj, t))
-            keyed.append(t if first else f"{t}\x00revisit\x00{s.group}\x00{s.traj}\x00{s.step}")
+        for t, (group, traj, step) in zip(texts, ids):
+            first = (group, traj, t) not in seen
+            seen.add((group, traj, t))
+            keyed.append(t if first else f"{t}\x00revisit\x00{group}\x00{traj}\x00{step}")
         return replace(rows, anchor=anchor_keys(keyed), anchor_text=None)
     raise SystemExit(f"--variants: anchor={how!r}; use state, state+step or first-visit")
 
 
-def won_steps(steps, episodes) -> np.ndarray:
+def won_steps(rows, episodes) -> np.ndarray:
     """Per row: did this row's trajectory end in a win."""
     won = {(e.group, e.traj): e.won for e in episodes}
-    return np.array([won[(s.group, s.traj)] for s in steps])
+    return np.array([won[key] for key in zip(rows.group.tolist(), rows.traj.tolist())])
 
 
 def _step_groups_with_a_win(rows, result, won: np.ndarray) -> np.ndarray:

@@ -57,10 +57,11 @@ def parse_variant(text: str) -> tuple[str, dict[str, float]]:
 
 def print_invalid(played, count: int) -> None:
     """A few refused actions of an evaluation, spread over its episodes: what the model wrote and why."""
-    refused = [s for s in played.steps if not s.action_valid]
+    refused = [s for s in played.steps.as_dicts() if not s["action_valid"]]
     for s in refused[:: max(1, len(refused) // max(1, count))][:count]:
-        print(f"  invalid (episode {s.traj}, step {s.step}{', cut at max_new_tokens' if s.truncated_response else ''}): "
-              f"{s.response!r} -> {s.invalid_reason}", flush=True)
+        cut = ", cut at max_new_tokens" if s["truncated_response"] else ""
+        print(f"  invalid (episode {s['traj']}, step {s['step']}{cut}): {s['response']!r} -> {s['invalid_reason']}",
+              flush=True)
 
 
 def main() -> None:

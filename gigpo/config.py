@@ -161,7 +161,7 @@ class RolloutConfig(Section):
     token; much larger caps let one token dominate a mini-batch. `correction/truncated_share` says whether
     the cap binds."""
     group_versions: Literal["separate", "mixed"] = "separate"
-    """async: separate: weights reach the generator only between rollouts and GiGPO's anchor key holds the
+    """async: separate: weights reach the generator only between rollouts and GiGPO's step groups split by
     policy version, so no episode or step group mixes versions. mixed: weights also land between the turns
     of a rollout in flight (batched turns), so groups mix versions, corrected by the importance weights."""
 

@@ -3,7 +3,7 @@
 The trainer's calls:
     rows = StepRows(group=..., traj=..., step=..., reward=..., anchor=anchor_keys(texts))
     result = compute_advantages(cfg.estimator, rows, gamma=..., lam=..., step_weight=..., norm=...,
-                                episode_stats=..., similarity=...)
+                                episode_stats=..., similarity=...)   # the rows, advantages set
     metrics.update(step_group_diagnostics(result))
     metrics.update(revisit_diagnostics(rows))      # state recurrence, whatever the estimator
 Definitions are in estimators.py; the JSONL row format in jsonl.py.
@@ -13,10 +13,10 @@ from gigpo.advantage.diagnostics import revisit_diagnostics, step_group_diagnost
 from gigpo.advantage.estimators import (
     ESTIMATORS,
     AdvantageOptions,
-    AdvantageResult,
     compute_advantages,
     get_estimator,
     register_estimator,
+    scored,
 )
 from gigpo.advantage.jsonl import parse_step_rows, read_advantages, read_step_rows, write_advantages, write_step_rows
 from gigpo.advantage.rows import AdvantageInputError, StepRows
@@ -24,8 +24,8 @@ from gigpo.advantage.sampling import informative_groups
 from gigpo.advantage.similarity import text_similarity
 
 __all__ = [
-    "ESTIMATORS", "AdvantageInputError", "AdvantageOptions", "AdvantageResult", "StepRows", "anchor_key",
+    "ESTIMATORS", "AdvantageInputError", "AdvantageOptions", "StepRows", "anchor_key",
     "anchor_keys", "compute_advantages", "get_estimator", "informative_groups", "parse_step_rows",
-    "read_advantages", "read_step_rows", "register_estimator", "revisit_diagnostics", "step_group_diagnostics", "text_similarity",
+    "read_advantages", "read_step_rows", "register_estimator", "revisit_diagnostics", "scored", "step_group_diagnostics", "text_similarity",
     "write_advantages", "write_step_rows",
 ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from gigpo.advantage.estimators import AdvantageResult
 from gigpo.advantage.rows import StepRows
 from gigpo.advantage.segments import dense_pair_ids
 
@@ -34,8 +33,8 @@ def size_summary(size: np.ndarray, prefix: str) -> dict[str, float]:
     return stats
 
 
-def step_group_diagnostics(result: AdvantageResult, prefix: str = "adv/") -> dict[str, float]:
-    """A flat dict of floats: step-group count, singleton share, mean size, size histogram, advantage stats.
+def step_group_diagnostics(result: StepRows, prefix: str = "adv/") -> dict[str, float]:
+    """Of rows an estimator scored, a flat dict of floats: step-group count, singleton share, mean size, size histogram, advantage stats.
 
     Computed from `step_group_size` alone: a group of size s contributes s rows of size s.
     Histogram keys `adv/step_group_size/{s}` hold the share of step groups of size s (1..16, "gt16").

@@ -15,11 +15,14 @@ R_t = sum_{k>=t} gamma^(k-t) r_k along the trajectory's rows in step order):
 - ppo: GAE along each trajectory across turns, delta_t = r_t + gamma V_{t+1} - V_t (V = 0 after the
   last step), A_t = delta_t + gamma * lam * A_{t+1}; `returns` = A + V are the critic's targets.
 
-Add an estimator in a few lines:
+An estimator reads the rows' arrays and returns the same rows with the five estimate columns set
+(advantage, episode_advantage, step_advantage, step_group_size, returns: see rows.StepRows). Add one in
+a few lines:
 
     @register_estimator("my_estimator")
-    def my_estimator(rows: StepRows, options: AdvantageOptions) -> AdvantageResult:
+    def my_estimator(rows: StepRows, options: AdvantageOptions) -> StepRows:
         ...
+        return scored(rows, advantage, episode_part, step_part, step_group_size, returns)
 """
 from __future__ import annotations
 
@@ -54,6 +57,10 @@ class AdvantageOptions:
     step_min_spread: float = 0.0
     """GiGPO: a step group whose discounted returns span no more than this gets step advantage 0 (e.g.
     groups where every action failed and returns differ only by step penalties); 0 keeps every group."""
+    split_versions: bool = False
+    """GiGPO: rows acted on by different policy versions never share a step group (the trainer passes
+    rollout.group_versions=separate); needs the rows' policy_version, and changes nothing where a batch
+    holds one version (every sync-mode batch). False: the off value."""
 
     def __post_init__(self) -> None:
         for name in ("gamma", "lam"):
@@ -74,18 +81,7 @@ class AdvantageOptions:
             raise AdvantageInputError(f"step_min_spread={self.step_min_spread!r} must be a finite number >= 0")
 
 
-@dataclass(frozen=True, eq=False)  # arrays: compare fields with numpy, not ==
-class AdvantageResult:
-    """Per-row output, in the rows' input order; all arrays have shape (N,)."""
-
-    advantage: np.ndarray          # (N,) float64  what the policy loss uses
-    episode_advantage: np.ndarray  # (N,) float64  GiGPO/GRPO/RLOO episode part; 0 for PPO
-    step_advantage: np.ndarray     # (N,) float64  GiGPO step part (before step_weight); 0 elsewhere
-    step_group_size: np.ndarray    # (N,) int64    rows in this row's step group; 1 where no step groups
-    returns: np.ndarray            # (N,) float64  R_t (discounted step return); PPO: A + V, the critic target
-
-
-Estimator = Callable[[StepRows, AdvantageOptions], AdvantageResult]
+Estimator = Callable[[StepRows, AdvantageOptions], StepRows]
 ESTIMATORS: dict[str, Estimator] = {}
 
 
@@ -113,12 +109,13 @@ def get_estimator(name: str) -> Estimator:
 
 def compute_advantages(
     name: str, rows: StepRows, *, gamma: float, lam: float, step_weight: float, norm: str,
-    episode_stats: str, similarity: Optional[float], step_min_spread: float = 0.0,
-) -> AdvantageResult:
-    """Run the estimator `name` on `rows` (the trainer's one call; pass AlgorithmConfig's values)."""
+    episode_stats: str, similarity: Optional[float], step_min_spread: float = 0.0, split_versions: bool = False,
+) -> StepRows:
+    """`rows` with the estimator `name`'s advantages and returns (the trainer's one call; pass AlgorithmConfig's
+    values)."""
     options = AdvantageOptions(
         gamma=gamma, lam=lam, step_weight=step_weight, norm=norm, episode_stats=episode_stats, similarity=similarity,
-        step_min_spread=step_min_spread,
+        step_min_spread=step_min_spread, split_versions=split_versions,
     )
     return get_estimator(name)(rows, options)
 
@@ -146,51 +143,57 @@ def episode_part(rows: StepRows, layout: TrajectoryLayout, norm: str, episode_st
     return per_row
 
 
-def step_groups(rows: StepRows, layout: TrajectoryLayout, similarity: Optional[float]) -> tuple[np.ndarray, int]:
-    """(N,) dense step-group id of each row: same group and same anchor (or similar anchor text)."""
+def step_groups(rows: StepRows, layout: TrajectoryLayout, similarity: Optional[float],
+                split_versions: bool = False) -> tuple[np.ndarray, int]:
+    """(N,) dense step-group id of each row: same group and same anchor (or similar anchor text), and with
+    `split_versions` the same policy version."""
+    group_id, n_groups = layout.group_id, layout.n_groups
+    if split_versions and rows.policy_version is not None:
+        group_id, n_groups = dense_pair_ids(group_id, n_groups, rows.policy_version)
     if similarity is None:
-        return dense_pair_ids(layout.group_id, layout.n_groups, rows.anchor)
+        return dense_pair_ids(group_id, n_groups, rows.anchor)
     if rows.anchor_text is None:
         raise AdvantageInputError(
             f"similarity={similarity} groups by anchor text, but the rows carry only hashed anchors; "
             "pass anchor_text (or use exact grouping: similarity=None)"
         )
-    return similarity_step_groups(layout.group_id, rows.anchor_text, similarity)
+    return similarity_step_groups(group_id, rows.anchor_text, similarity)
 
 
-def _result(advantage: np.ndarray, episode: np.ndarray, step: np.ndarray, size: np.ndarray,
-            returns: np.ndarray) -> AdvantageResult:
-    return AdvantageResult(advantage=advantage, episode_advantage=episode, step_advantage=step,
-                           step_group_size=size, returns=returns)
+def scored(rows: StepRows, advantage: np.ndarray, episode: np.ndarray, step: np.ndarray, size: np.ndarray,
+           returns: np.ndarray) -> StepRows:
+    """`rows` with an estimator's five output columns (in the rows' order)."""
+    return rows.with_columns(advantage=advantage, episode_advantage=episode, step_advantage=step,
+                             step_group_size=size, returns=returns)
 
 
 # --------------------------------------------------------------------------- estimators
 
 @register_estimator("gigpo")
-def gigpo(rows: StepRows, options: AdvantageOptions) -> AdvantageResult:
+def gigpo(rows: StepRows, options: AdvantageOptions) -> StepRows:
     """Episode part + step_weight * step part (Feng et al. 2025, eq. 7)."""
     layout = _layout(rows)
     episode = episode_part(rows, layout, options.norm, options.episode_stats)
     returns = layout.reverse_discounted_sum(rows.reward, options.gamma)
-    group_of_step, n_step_groups = step_groups(rows, layout, options.similarity)
+    group_of_step, n_step_groups = step_groups(rows, layout, options.similarity, options.split_versions)
     step = normalise_in_groups(returns, group_of_step, n_step_groups, options.norm)
     if options.step_min_spread > 0.0:
         step[group_spread(returns, group_of_step, n_step_groups)[group_of_step] <= options.step_min_spread] = 0.0
     size = np.bincount(group_of_step, minlength=n_step_groups)[group_of_step]
-    return _result(episode + options.step_weight * step, episode, step, size, returns)
+    return scored(rows, episode + options.step_weight * step, episode, step, size, returns)
 
 
 @register_estimator("grpo")
-def grpo(rows: StepRows, options: AdvantageOptions) -> AdvantageResult:
+def grpo(rows: StepRows, options: AdvantageOptions) -> StepRows:
     """The episode part alone: every step carries its trajectory's group-normalised return."""
     layout = _layout(rows)
     episode = episode_part(rows, layout, options.norm, options.episode_stats)
     returns = layout.reverse_discounted_sum(rows.reward, options.gamma)
-    return _result(episode, episode, np.zeros(len(rows)), np.ones(len(rows), dtype=np.int64), returns)
+    return scored(rows, episode, episode, np.zeros(len(rows)), np.ones(len(rows), dtype=np.int64), returns)
 
 
 @register_estimator("rloo")
-def rloo(rows: StepRows, options: AdvantageOptions) -> AdvantageResult:
+def rloo(rows: StepRows, options: AdvantageOptions) -> StepRows:
     """R_i minus the mean return of the other trajectories of its group (Ahmadian et al. 2024)."""
     layout = _layout(rows)
     traj_return = _trajectory_returns(rows, layout)                                  # (n_trajs,)
@@ -199,11 +202,11 @@ def rloo(rows: StepRows, options: AdvantageOptions) -> AdvantageResult:
     per_traj = np.where(count > 1, traj_return - (total - traj_return) / np.maximum(count - 1, 1), 0.0)
     advantage = per_traj[layout.traj_id]
     returns = layout.reverse_discounted_sum(rows.reward, options.gamma)
-    return _result(advantage, advantage.copy(), np.zeros(len(rows)), np.ones(len(rows), dtype=np.int64), returns)
+    return scored(rows, advantage, advantage.copy(), np.zeros(len(rows)), np.ones(len(rows), dtype=np.int64), returns)
 
 
 @register_estimator("ppo")
-def ppo(rows: StepRows, options: AdvantageOptions) -> AdvantageResult:
+def ppo(rows: StepRows, options: AdvantageOptions) -> StepRows:
     """GAE across the turns of each trajectory, bootstrapping from the next step's value."""
     if rows.value is None:
         raise AdvantageInputError("estimator 'ppo' needs a value for every row (field 'value'); none was given")
@@ -211,4 +214,4 @@ def ppo(rows: StepRows, options: AdvantageOptions) -> AdvantageResult:
     delta = rows.reward + options.gamma * layout.next_in_trajectory(rows.value) - rows.value
     advantage = layout.reverse_discounted_sum(delta, options.gamma * options.lam)
     n = len(rows)
-    return _result(advantage, np.zeros(n), np.zeros(n), np.ones(n, dtype=np.int64), advantage + rows.value)
+    return scored(rows, advantage, np.zeros(n), np.zeros(n), np.ones(n, dtype=np.int64), advantage + rows.value)

@@ -17,7 +17,6 @@ from typing import Any, Iterable, TextIO, Union
 import numpy as np
 
 from gigpo.advantage.anchors import anchor_key
-from gigpo.advantage.estimators import AdvantageResult
 from gigpo.advantage.rows import AdvantageInputError, StepRows
 
 REQUIRED_FIELDS = ("group", "traj", "step", "reward", "anchor")
@@ -148,8 +147,8 @@ def write_step_rows(path: PathOrFile, rows: StepRows) -> None:
     _write_lines(path, lines())
 
 
-def write_advantages(path: PathOrFile, result: AdvantageResult) -> None:
-    """Write one output line per row, in the rows' input order."""
+def write_advantages(path: PathOrFile, result: StepRows) -> None:
+    """Write one output line per row of scored rows (compute_advantages' output), in the rows' input order."""
     columns = zip(result.advantage.tolist(), result.episode_advantage.tolist(),
                   result.step_advantage.tolist(), result.step_group_size.tolist())
     _write_lines(path, (

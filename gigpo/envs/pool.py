@@ -30,7 +30,7 @@ import pickle
 import signal
 import time
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any, Optional, Sequence
 
@@ -67,6 +67,12 @@ class EpisodeView:
     prompt_template: Optional[str]
     history: tuple[tuple[str, str], ...]
     """(observation, action) pairs before the current observation, oldest first."""
+
+    @classmethod
+    def before_reset(cls, episode_idx: int, group_idx: int, seed: int) -> "EpisodeView":
+        """An episode the pool has not reset yet: no observation, no task."""
+        return cls(episode_idx, group_idx, seed, step=0, observation="", reward=0.0, terminated=False, truncated=False,
+                   info={}, task="", task_type="", action_format="", prompt_template=None, history=())
 
     @property
     def done(self) -> bool:
@@ -280,7 +286,7 @@ class EnvPool:
         self._episodes = []
         for idx in range(count):
             seed = seeds[idx // group_size]
-            view = EpisodeView(idx, idx // group_size, seed, 0, "", 0.0, False, False, {}, "", "", "", None, ())
+            view = EpisodeView.before_reset(idx, idx // group_size, seed)
             self._episodes.append(_Episode(view, idx % self.num_workers))
             ops[idx % self.num_workers].append(("reset", idx, seed))
         for (kind, idx, _), (ok, payload) in self._run(ops):
@@ -289,8 +295,9 @@ class EnvPool:
             episode = self._episodes[idx]
             if ok:
                 observation, info, (task, task_type, action_format, template) = payload
-                episode.view = EpisodeView(idx, episode.view.group_idx, episode.view.seed, 0, observation, 0.0,
-                                           False, False, info, task, task_type, action_format, template, ())
+                fresh = EpisodeView.before_reset(idx, episode.view.group_idx, episode.view.seed)
+                episode.view = replace(fresh, observation=observation, info=info, task=task, task_type=task_type,
+                                       action_format=action_format, prompt_template=template)
             else:
                 self._end_with_error(episode, payload)
         self._stats.episodes += count
@@ -426,10 +433,9 @@ class EnvPool:
         old = episode.view
         shown = info.get("action") or text.strip()[:_SHOWN_INVALID_CHARS]
         episode.actions.append(text)
-        episode.view = EpisodeView(idx, old.group_idx, old.seed, old.step + 1, observation, float(reward),
-                                   bool(terminated), bool(truncated), info, old.task, old.task_type,
-                                   old.action_format, old.prompt_template,
-                                   old.history + ((old.observation, shown),))
+        episode.view = replace(old, step=old.step + 1, observation=observation, reward=float(reward),
+                               terminated=bool(terminated), truncated=bool(truncated), info=info,
+                               history=old.history + ((old.observation, shown),))
 
     def _dispatch(self, w: int) -> None:
         """Send worker w its next queued step if it is free; steps of episodes ended meanwhile are dropped."""
@@ -458,9 +464,7 @@ class EnvPool:
         old = episode.view
         info = {"anchor": old.info.get("anchor", old.observation), "admissible_actions": None, "action_valid": True,
                 "invalid_reason": "", "won": False, "action": None, "error": message}
-        episode.view = EpisodeView(old.episode_idx, old.group_idx, old.seed, old.step, old.observation, 0.0, False,
-                                   True, info, old.task, old.task_type, old.action_format, old.prompt_template,
-                                   old.history)
+        episode.view = replace(old, reward=0.0, terminated=False, truncated=True, info=info)
 
     def _run(self, ops: dict[int, list[_Op]]) -> list[tuple[_Op, tuple[bool, Any]]]:
         """Send each worker its operations, wait for all, and recover workers that hang or die."""

@@ -131,5 +131,4 @@ def play_async(pool: EnvPool, generator: Generator, prompt_fn: PromptFn, setting
         inbox.close()
         while pool.steps_in_flight:  # leave the pool usable (an error above may leave steps running)
             pool.poll(timeout=None)
-    tally.steps.sort(key=lambda row: (row.step, row.traj))
 

@@ -1,4 +1,4 @@
-"""Step-wise multi-turn rollout: env pool -> prompt -> generator -> one step row per env step.
+"""Step-wise multi-turn rollout: env pool -> prompt -> generator -> one StepRows row per env step.
 
 Every turn, each live episode's prompt is rebuilt from its task, its last K (observation, action)
 pairs and its current observation, so a sample is one step and the context does not grow with the
@@ -19,10 +19,10 @@ from gigpo.envs.pool import EnvPool
 from gigpo.infra.seeds import turn_seed
 from gigpo.rollout.async_turns import play_async
 from gigpo.rollout.generator import Generator, Turns
-from gigpo.rollout.records import EpisodeSummary, PromptFn, Rollout, RolloutTally, StepRecord, env_answer
+from gigpo.rollout.records import EpisodeSummary, PromptFn, Rollout, RolloutTally, env_answer
 from gigpo.rollout.types import SamplingSettings
 
-__all__ = ["EpisodeSummary", "PromptFn", "Rollout", "StepRecord", "rollout"]
+__all__ = ["EpisodeSummary", "PromptFn", "Rollout", "rollout"]
 
 
 def rollout(
@@ -37,7 +37,7 @@ def rollout(
     progress: Optional[Callable[[int, int], None]] = None,
     turns: Optional[Turns] = None,
 ) -> Rollout:
-    """Play `len(seeds)` groups of `group_size` episodes to the end; return their step rows.
+    """Play `len(seeds)` groups of `group_size` episodes to the end; return their steps (a StepRows).
 
     `turns`: "batched" or "async" (None: the generator's own `turns`, set from `rollout.turns`). Rows
     come out in (step, traj) order either way. A prompt longer than `max_prompt_tokens` is cut from

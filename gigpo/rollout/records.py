@@ -1,44 +1,22 @@
-"""What a rollout produces (one step row per env step, one summary per episode) and the tally that
-builds them, shared by the turn-batched and the async drivers so both record a step the same way."""
+"""What a rollout produces (its steps as one StepRows, one summary per episode) and the tally that
+fills them, shared by the turn-batched and the async drivers so both record a step the same way."""
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
+import numpy as np
+
+from gigpo.advantage.anchors import anchor_keys
+from gigpo.advantage.rows import StepRows
 from gigpo.envs.base import UnfinishedResponse
 from gigpo.envs.pool import EnvPool, EpisodeView
 from gigpo.rollout.types import Completion
 
 PromptFn = Callable[[list[EpisodeView]], list[list[int]]]
 """Episode views -> prompt token ids, one list per view (e.g. PromptBuilder.batch_token_ids)."""
-
-
-@dataclass
-class StepRecord:
-    """One environment step of one trajectory: the training sample and what GiGPO groups it by."""
-
-    group: int
-    traj: int
-    step: int
-    prompt_ids: list[int]
-    response_ids: list[int]
-    response_logprobs: list[float]
-    """Log-probs of the response under the generator (behaviour policy), for diagnostics."""
-    reward: float
-    anchor: str
-    action_valid: bool
-    truncated_response: bool
-    """The response hit max_new_tokens before ending."""
-    observation: str = ""
-    """What the model saw at this step (the env's observation text; the prompt adds task and history)."""
-    response: str = ""
-    action: Optional[str] = None
-    """The action the env parsed from the response (None when it could not parse one)."""
-    invalid_reason: str = ""
-    policy_version: int = -1
-    """Weight version of the generator that sampled the response."""
 
 
 @dataclass
@@ -56,7 +34,8 @@ class EpisodeSummary:
 
 @dataclass
 class Rollout:
-    steps: list[StepRecord]
+    steps: StepRows
+    """Every step played, in (step, traj) order."""
     episodes: list[EpisodeSummary]
     tokens_generated: int = 0
     seconds_generate: float = 0.0
@@ -77,7 +56,7 @@ class Rollout:
             f"{prefix}env_steps": float(len(self.steps)),
             f"{prefix}errors": float(sum(e.error is not None for e in eps)),
             f"{prefix}tokens_generated": float(self.tokens_generated),
-            f"{prefix}truncated_responses": float(sum(s.truncated_response for s in self.steps)),
+            f"{prefix}truncated_responses": float(np.sum(self.steps.truncated_response) if len(self.steps) else 0),
         }
         types = Counter(e.task_type for e in eps if e.task_type)
         if len(types) > 1:
@@ -93,13 +72,14 @@ def env_answer(completion: Completion) -> str:
 
 
 class RolloutTally:
-    """Accumulates step rows, returns, invalid counts, tokens and phase times while a rollout runs."""
+    """Accumulates the steps' columns, returns, invalid counts, tokens and phase times while a rollout runs."""
 
     def __init__(self, views: Sequence[EpisodeView], group_offset: int, group_size: int, max_prompt_tokens: int) -> None:
         self.group_offset = group_offset
         self.traj_offset = group_offset * group_size  # ids stay unique when re-drawn groups join a batch
         self.max_prompt_tokens = max_prompt_tokens
-        self.steps: list[StepRecord] = []
+        self.columns: defaultdict[str, list[Any]] = defaultdict(list)
+        """StepRows' columns by name, one entry per step recorded; StepRows itself at the end (steps())."""
         self.returns = {v.episode_idx: 0.0 for v in views}
         self.invalid: Counter = Counter()
         self.tokens = 0
@@ -118,25 +98,34 @@ class RolloutTally:
         return prompts
 
     def record(self, before: EpisodeView, prompt: list[int], completion: Completion, after: EpisodeView) -> None:
-        """One step row: the anchor is the state before the action; reward and validity come from after it."""
+        """One step: the anchor is the state before the action; reward and validity come from after it."""
         valid = bool(after.info.get("action_valid", True))
         self.invalid[before.episode_idx] += not valid
         self.returns[before.episode_idx] += after.reward
         self.tokens += len(completion.token_ids)
-        self.steps.append(StepRecord(
-            group=self.group_offset + before.group_idx, traj=self.traj_offset + before.episode_idx, step=before.step,
-            prompt_ids=prompt, response_ids=list(completion.token_ids), response_logprobs=list(completion.logprobs),
-            reward=float(after.reward), anchor=str(before.anchor), action_valid=valid,
-            truncated_response=completion.finish_reason == "length", observation=before.observation,
-            response=completion.text, action=after.info.get("action"),
-            invalid_reason=str(after.info.get("invalid_reason", "")), policy_version=completion.weight_version))
+        step = dict(group=self.group_offset + before.group_idx, traj=self.traj_offset + before.episode_idx,
+                    step=before.step, prompt_ids=prompt, response_ids=list(completion.token_ids),
+                    behaviour_logprobs=list(completion.logprobs), reward=float(after.reward),
+                    anchor_text=str(before.anchor), action_valid=valid,
+                    truncated_response=completion.finish_reason == "length", observation=before.observation,
+                    response=completion.text, action=after.info.get("action"),
+                    invalid_reason=str(after.info.get("invalid_reason", "")), policy_version=completion.weight_version)
+        for name, value in step.items():
+            self.columns[name].append(value)
+
+    def steps(self) -> StepRows:
+        """The steps recorded so far, in (step, traj) order, each state's anchor key hashed once here."""
+        if not self.columns:
+            return StepRows.empty()
+        rows = StepRows(anchor=anchor_keys(self.columns["anchor_text"]), **self.columns)
+        return rows.in_step_order()
 
     def finish(self, pool: EnvPool) -> Rollout:
         episodes = [EpisodeSummary(traj=self.traj_offset + v.episode_idx, group=self.group_offset + v.group_idx,
                                    seed=v.seed, won=v.won, episode_return=self.returns[v.episode_idx], length=v.step,
                                    invalid_steps=self.invalid[v.episode_idx], task_type=v.task_type, error=v.error)
                     for v in pool.episodes]
-        out = Rollout(self.steps, episodes, self.tokens, self.seconds["generate"], self.seconds["env"],
+        out = Rollout(self.steps(), episodes, self.tokens, self.seconds["generate"], self.seconds["env"],
                       self.seconds["prompt"])
         out.env_faults = {"rollout/cut_prompts": float(self.cut)}
         return out

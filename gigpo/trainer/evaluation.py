@@ -45,9 +45,10 @@ def play_evaluation(config: Config, pool, generator, prompt_fn, episodes: Option
     seeds = eval_seeds(config, episodes)
     mine = share.of(len(seeds))
     if not mine:  # fewer evaluation tasks than playing ranks: this rank plays none
+        from gigpo.advantage.rows import StepRows
         from gigpo.rollout.records import Rollout
 
-        return Rollout(steps=[], episodes=[])
+        return Rollout(steps=StepRows.empty(), episodes=[])
     seed = rank_sampling_seed(eval_sampling_seed(config.trainer.seed), share.rank, per_request=generator.turns == "async")
     bar = EpisodeBar("eval", config.logging.progress and share.rank == 0)
     try:

@@ -13,7 +13,8 @@ for `gigpo view`'s records when one is due, every rank's step records). Where an
 rows. Where rank 0 alone plays (a remote server), it hands each rank a share of its groups to train on. Seeds of iteration i depend only on
 (trainer.seed, i) (gigpo/infra/seeds.py), so a resumed run replays exactly the iterations a crash interrupted.
 What exists before the first iteration is built in setup.py; evaluation is evaluation.py; one
-iteration's steps travel as a StepBatch (step_batch.py).
+iteration's steps travel as one StepRows (gigpo/advantage/rows.py), from the rollout to the samples
+the engines take (samples.py).
 """
 from __future__ import annotations
 
@@ -29,15 +30,15 @@ import numpy as np
 
 from gigpo.config import Config
 from gigpo.infra.seeds import probe_seed, rank_sampling_seed, rollout_sampling_seed, train_seeds
-from gigpo.trainer.nonfinite import require_finite
+from gigpo.trainer.nonfinite import require_finite, stop_on_nonfinite_rows
 from gigpo.trainer.pipeline import RolloutPipeline
 from gigpo.trainer.rollout_correction import correction_from_config
 from gigpo.trainer.setup import Run
 
 if TYPE_CHECKING:
+    from gigpo.advantage.rows import StepRows
     from gigpo.rollout.records import Rollout
     from gigpo.rollout.types import SamplingSettings
-    from gigpo.trainer.step_batch import StepBatch
 
 GAP_PROBE = 32
 """Samples whose log-probs the trainer recomputes each iteration when the old ones come from the generator."""
@@ -110,121 +111,123 @@ def run_iteration(run: Run, iteration: int) -> bool:
 
 # --------------------------------------------------------------------------- rollout (each rank its share)
 
-def play(run: Run, iteration: int) -> tuple["StepBatch", list, dict[str, float], "Rollout"]:
+def play(run: Run, iteration: int) -> tuple["StepRows", list, dict[str, float], "Rollout"]:
     """This rank's share of the B groups x N episodes (re-drawing uninformative groups under dynamic
-    sampling): the StepBatch to train on, the episodes played, their metrics and the first draw's rollout
+    sampling): the steps to train on, the episodes played, their metrics and the first draw's rollout
     without its rows (for the merged rates). Runs on the pipeline's producer thread in async mode, so it
     touches only the pool, the generator and its own metrics, and makes no collective."""
+    from gigpo.advantage.rows import StepRows
     from gigpo.rollout.collect import rollout
     from gigpo.trainer.evaluation import EpisodeBar
     from gigpo.trainer.setup import sampling
-    from gigpo.trainer.step_batch import StepBatch
 
     config, e, metrics = run.config, run.config.env, {}
-    generator, mixed = run.pipeline.generator, config.rollout.group_versions == "mixed"
+    generator = run.pipeline.generator
     share = run.share.of(e.num_groups)
     if not share:  # fewer task groups than playing ranks: this rank sits the rollout out
         from gigpo.rollout.records import Rollout
 
-        return StepBatch.from_records([], where=f"iteration {iteration}, phase rollout"), [], {}, Rollout([], [])
+        return StepRows.empty(), [], {}, Rollout(StepRows.empty(), [])
     seed = rank_sampling_seed(rollout_sampling_seed(config.trainer.seed, iteration), run.share.rank,
                               per_request=generator.turns == "async")
     settings = sampling(config, evaluation=False, seed=seed)
     bar = EpisodeBar(f"iter {iteration} rollout", config.logging.progress and run.main)
-    played = rollout(run.pool, generator, run.prompt_fn, train_seeds(config, iteration)[share.start:share.stop],
-                     e.group_size, settings, config.rollout.max_prompt_tokens, group_offset=share.start, progress=bar)
+    with stop_on_nonfinite_rows(f"iteration {iteration}, phase rollout"):
+        played = rollout(run.pool, generator, run.prompt_fn, train_seeds(config, iteration)[share.start:share.stop],
+                         e.group_size, settings, config.rollout.max_prompt_tokens, group_offset=share.start,
+                         progress=bar)
     bar.close()
     metrics.update(played.metrics())
     metrics.update(played.env_faults)
     metrics.update(run.pool.stats().as_metrics())
-    batch = StepBatch.from_records(played.steps, where=f"iteration {iteration}, phase rollout", mixed_versions=mixed)
-    episodes = played.episodes
+    rows, episodes = played.steps, played.episodes
     if config.algorithm.dynamic_sampling:
-        batch, episodes = redraw_uninformative(run, iteration, batch, episodes, settings, metrics)
+        rows, episodes = redraw_uninformative(run, iteration, rows, episodes, settings, metrics)
     metrics["time/generate"] = played.seconds_generate
     metrics["time/env"] = played.seconds_env
-    return batch, episodes, metrics, replace(played, steps=[])
+    return rows, episodes, metrics, replace(played, steps=StepRows.empty())
 
 
-def redraw_uninformative(run: Run, iteration: int, batch: "StepBatch", episodes: list, settings: "SamplingSettings",
-                         metrics: dict[str, float]) -> tuple["StepBatch", list]:
+def redraw_uninformative(run: Run, iteration: int, rows: "StepRows", episodes: list, settings: "SamplingSettings",
+                         metrics: dict[str, float]) -> tuple["StepRows", list]:
     """Dynamic sampling: re-draw task groups until B have differing returns (or `max_resample` re-draws);
     keep the first B of those. Each rank re-draws its own share of the groups until its share has differing
     returns, so no rank waits on another mid-rollout. Every step played counts toward the env-step budget."""
+    from gigpo.advantage.rows import StepRows
     from gigpo.advantage.sampling import informative_groups
     from gigpo.rollout.collect import rollout
-    from gigpo.trainer.step_batch import StepBatch
 
     config, e, a = run.config, run.config.env, run.config.algorithm
-    informative = lambda b: {int(g) for g in b.group[informative_groups(b.rows)]}  # noqa: E731
+    informative = lambda r: {int(g) for g in r.group[informative_groups(r)]}  # noqa: E731
     share, generator = run.share.of(e.num_groups), run.pipeline.generator
-    draws, keep = [batch], informative(batch)
+    draws, keep = [rows], informative(rows)
     for draw in range(1, a.max_resample + 1):
         if len(keep) >= len(share):
             break
         seed = rank_sampling_seed(rollout_sampling_seed(config.trainer.seed, iteration, draw), run.share.rank,
                                   per_request=generator.turns == "async")
-        extra = rollout(run.pool, generator, run.prompt_fn, train_seeds(config, iteration, draw)[share.start:share.stop],
-                        e.group_size, replace(settings, seed=seed), config.rollout.max_prompt_tokens,
-                        group_offset=draw * e.num_groups + share.start)
-        draws.append(StepBatch.from_records(extra.steps, where=f"iteration {iteration}, re-draw {draw}",
-                                            mixed_versions=config.rollout.group_versions == "mixed"))
+        with stop_on_nonfinite_rows(f"iteration {iteration}, re-draw {draw}"):
+            extra = rollout(run.pool, generator, run.prompt_fn,
+                            train_seeds(config, iteration, draw)[share.start:share.stop], e.group_size,
+                            replace(settings, seed=seed), config.rollout.max_prompt_tokens,
+                            group_offset=draw * e.num_groups + share.start)
+        draws.append(extra.steps)
         episodes = episodes + extra.episodes
         keep |= informative(draws[-1])
         metrics["rollout/draws"] = float(draw + 1)
     kept = sorted(keep)[: len(share)]
     metrics["rollout/kept_groups"] = float(len(kept))
-    batch = StepBatch.concat(draws)
-    metrics["rollout/env_steps"] = float(len(batch))
-    batch = batch.select(np.isin(batch.group, kept))
-    metrics["rollout/trained_steps"] = float(len(batch))
-    return batch, episodes
+    rows = StepRows.concat(draws)
+    metrics["rollout/env_steps"] = float(len(rows))
+    rows = rows.select(np.isin(rows.group, kept))
+    metrics["rollout/trained_steps"] = float(len(rows))
+    return rows, episodes
 
 
-def own_share(run: Run, iteration: int, played: Optional[tuple]) -> tuple["StepBatch", list, dict[str, float], int]:
+def own_share(run: Run, iteration: int, played: Optional[tuple]) -> tuple["StepRows", list, dict[str, float], int]:
     """This rank's steps of the iteration (none where it plays nothing), every rank's episode summaries,
     the rollout's metrics merged over ranks, and the step count of every rank together. Steps stay where
     they were played; only episode summaries and metrics cross ranks. Where rank 0 alone plays (a remote
     server), it scatters its groups instead, a share to each rank, so that the update
     stays spread over the ranks. One rank: its own, unchanged."""
+    from gigpo.advantage.rows import StepRows
     from gigpo.trainer.distributed import all_gather_objects, all_reduce_floats, scatter_objects
     from gigpo.trainer.sharding import merge_metrics, merge_rollouts, split_groups
-    from gigpo.trainer.step_batch import StepBatch
 
     if run.world_size == 1:
-        batch, episodes, metrics, _ = played
-        rows_total = len(batch)
+        rows, episodes, metrics, _ = played
+        rows_total = len(rows)
     else:
-        batch = played[0] if played is not None else StepBatch.from_records([], where=f"iteration {iteration}")
+        rows = played[0] if played is not None else StepRows.empty()
         mine = None if played is None or not run.share.reports else played[1:]  # a replica's repeat its engine's first
         parts = [p for p in all_gather_objects(mine) if p is not None]
         episodes = sorted((e for p in parts for e in p[0]), key=lambda e: e.traj)
         metrics = merge_metrics([p[1] for p in parts], merge_rollouts([p[2] for p in parts]))
-        rows_total = int(all_reduce_floats([len(batch)])[0])
+        rows_total = int(all_reduce_floats([len(rows)])[0])
         if run.share is None or run.share.ranks * run.share.replicas < run.world_size:  # rank 0 played every group
-            shares = split_groups(batch, run.world_size) if run.main else None
-            batch = StepBatch.from_records(scatter_objects(shares), where=f"iteration {iteration}, phase rollout",
-                                           mixed_versions=run.config.rollout.group_versions == "mixed")
+            rows = scatter_objects(split_groups(rows, run.world_size) if run.main else None)
     if run.config.algorithm.dynamic_sampling and not rows_total and run.main:
         print(f"gigpo: iteration {iteration}: no group with differing returns after "
               f"{int(metrics.get('rollout/draws', 1))} draw(s); skipping the update "
               f"(raise algorithm.max_resample or make the start stronger)", flush=True)
-    return batch, episodes, metrics, rows_total
+    return rows, episodes, metrics, rows_total
 
 
 def evaluate_shared(run: Run, iteration: int) -> dict[str, float]:
     """Every rank plays its share of the held-out tasks; the merged evaluation's metrics on every rank
     (rank 0 records its episodes). In async mode a share plays where its generator lives: after the rollout
     in flight. The gather runs here, on the loop's thread, never on the producer's."""
+    from gigpo.advantage.rows import StepRows
     from gigpo.trainer.distributed import all_gather_objects
     from gigpo.trainer.evaluation import play_evaluation
     from gigpo.trainer.sharding import merge_rollouts
 
-    local = run.pipeline.call(lambda: play_evaluation(run.config, run.eval_pool, run.generator, run.prompt_fn,
-                                                      share=run.share)) if run.share else None
+    with stop_on_nonfinite_rows(f"iteration {iteration}, phase eval"):
+        local = run.pipeline.call(lambda: play_evaluation(run.config, run.eval_pool, run.generator, run.prompt_fn,
+                                                          share=run.share)) if run.share else None
     hook = run.recorder.eval_hook(iteration)
     if run.world_size > 1 and local is not None and hook is None:  # steps travel only for the record
-        local = replace(local, steps=[])
+        local = replace(local, steps=StepRows.empty())
     if local is not None and not run.share.reports:  # a replica of an engine's first rank: the same episodes
         local = None
     result = local if run.world_size == 1 else merge_rollouts(all_gather_objects(local))
@@ -235,15 +238,15 @@ def evaluate_shared(run: Run, iteration: int) -> dict[str, float]:
 
 # --------------------------------------------------------------------------- learning (every rank)
 
-def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list], last: bool, timer,
+def learn(run: Run, iteration: int, rows: "StepRows", episodes: Optional[list], last: bool, timer,
           metrics: dict[str, float]) -> None:
     """Advantages, old and reference log-probs, the PPO-clip update (and the critic's), the weight sync, each
     rank on its own steps (possibly none: it still runs every collective the others run)."""
     from gigpo.rollout.weight_sync import push_weights
     from gigpo.trainer.distributed import all_gather_objects
     from gigpo.trainer.memory_phases import enter_phase
+    from gigpo.trainer.samples import bare_samples, train_samples, with_advantages
     from gigpo.trainer.sharding import merge_gaps, merge_staleness
-    from gigpo.trainer.step_batch import with_advantages
 
     a, t = run.config.algorithm, run.config.trainer
     actor, critic = run.actor, run.critic
@@ -251,28 +254,29 @@ def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list]
     # ---- advantages on the real rows only (no padding, no duplicates), of this rank's own groups: every
     # estimator is group-local (PPO's GAE per trajectory), so they equal those of one rank holding every group
     with timer("advantage"):
-        token_values = critic.compute_values(batch.bare_samples()) if critic is not None else None  # PPO's V(s_t)
-        result = None
-        if len(batch):
-            batch, result = with_advantages(batch, a, token_values,
-                                            placebo=(t.seed, iteration) if a.shuffle_advantages else None,
-                                            where=f"iteration {iteration}, phase advantage")
-        metrics.update(report_advantages(run, iteration, last, batch, episodes, result))
-    if run.share is not None and run.share.replicas > 1 and len(batch):  # the engine's ranks split its rows
-        batch = batch.select(run.share.own_rows(len(batch)))
-    samples = batch.train_samples(run.tokenizer, behaviour_as_old=run.from_generator) if len(batch) else []
+        token_values = critic.compute_values(bare_samples(rows)) if critic is not None else None  # PPO's V(s_t)
+        if len(rows):
+            rows = with_advantages(rows, a, split_versions=run.config.rollout.group_versions != "mixed",
+                                   token_values=token_values,
+                                   placebo=(t.seed, iteration) if a.shuffle_advantages else None,
+                                   where=f"iteration {iteration}, phase advantage")
+        metrics.update(report_advantages(run, iteration, last, rows, episodes))
+    if run.share is not None and run.share.replicas > 1 and len(rows):  # the engine's ranks split its rows
+        rows = rows.select(run.share.own_rows(len(rows)))
+    samples = train_samples(rows, run.tokenizer, behaviour_as_old=run.from_generator) if len(rows) else []
+    behaviour = rows.behaviour_logprobs or ()  # none on a rank without steps
 
     # ---- log-probs: old (the generator's where exact, else the actor's before the update) and reference (KL)
     with timer("logprobs"):
         if run.from_generator:  # the gap is still logged, on a cheap sample, so a generator/trainer mismatch shows
             probe = random.Random(probe_seed(t.seed, iteration)).sample(range(len(samples)), min(GAP_PROBE, len(samples)))
             probe_logps = actor.compute_log_probs([samples[i] for i in probe])
-            gap = logprob_gap([batch.behaviour_logprobs[i] for i in probe], probe_logps)
+            gap = logprob_gap([behaviour[i] for i in probe], probe_logps)
         else:
             old = actor.compute_log_probs(samples)
             for sample, logp in zip(samples, old):
                 sample.logp_old = logp
-            gap = logprob_gap(batch.behaviour_logprobs, old)
+            gap = logprob_gap(behaviour, old)
         gap = gap if run.world_size == 1 else merge_gaps(all_gather_objects(gap))
         if run.main:
             metrics.update(gap_metrics(gap))
@@ -280,7 +284,7 @@ def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list]
             for sample, logp in zip(samples, run.reference.compute_log_probs(samples)):
                 sample.logp_ref = logp
         # async mode: every sample's staleness checked; with the rollout correction, the generator's log-probs attached
-        lag = run.pipeline.correct(samples, batch.policy_version, batch.behaviour_logprobs)
+        lag = run.pipeline.correct(samples, rows.policy_version if len(rows) else [], behaviour)
         metrics.update(lag if run.world_size == 1 else merge_staleness(all_gather_objects((lag, len(samples)))))
 
     # ---- PPO-clip update (and the critic's)
@@ -298,31 +302,27 @@ def learn(run: Run, iteration: int, batch: "StepBatch", episodes: Optional[list]
         metrics.update(push_weights(actor, run.generator, iteration, run.verifier, run.pipeline))
 
 
-def report_advantages(run: Run, iteration: int, last: bool, batch: "StepBatch", episodes: list,
-                      result: Any) -> dict[str, float]:
+def report_advantages(run: Run, iteration: int, last: bool, rows: "StepRows", episodes: list) -> dict[str, float]:
     """On rank 0: the step-group and revisit diagnostics of every rank's rows, and (when due) the records
     for `gigpo view` and the rows file (logging.log_rollouts). With several ranks each sends rank 0 its rows'
-    ids, rewards and anchor hashes and its advantages (numbers, no tokens); its step records and anchor
-    texts only when a record or rows file is due. Every rank calls it (a collective)."""
+    ids, rewards, anchor keys and advantages (numbers, no tokens); its steps' texts only when a record or
+    rows file is due. Every rank calls it (a collective)."""
     from gigpo.advantage.diagnostics import revisit_diagnostics, step_group_diagnostics
     from gigpo.trainer.distributed import all_gather_objects
     from gigpo.trainer.sharding import advantage_part, merge_advantage_parts
 
     recorder, log_rows = run.recorder, run.config.logging.log_rollouts
     due = bool(recorder.every) and (iteration % recorder.every == 0 or last)
-    if run.world_size == 1:
-        rows, records = batch.rows, batch.records
-    else:
+    if run.world_size > 1:
         reports = run.share is None or run.share.reports  # a replica's rows repeat its engine's first rank's
-        part = advantage_part(batch, result, with_texts=due or log_rows) if len(batch) and reports else None
-        merged = merge_advantage_parts(all_gather_objects(part), run.config.env.num_groups)
-        if merged is None:  # no rank trained a step (cannot happen: learn() runs only when some rank has rows)
+        part = advantage_part(rows, with_texts=due or log_rows) if len(rows) and reports else None
+        rows = merge_advantage_parts(all_gather_objects(part), run.config.env.num_groups)
+        if rows is None:  # no rank trained a step (cannot happen: learn() runs only when some rank has rows)
             return {}
-        rows, result, records = merged
     if not run.main:
         return {}
-    metrics = {**step_group_diagnostics(result), **revisit_diagnostics(rows)}
-    recorder.after_advantage(iteration, last, records, episodes, rows, result)
+    metrics = {**step_group_diagnostics(rows), **revisit_diagnostics(rows)}
+    recorder.after_advantage(iteration, last, rows, episodes)
     if log_rows:
         from gigpo.advantage.jsonl import write_step_rows
 

@@ -5,9 +5,12 @@ anything corrupt is saved and `gigpo train` prints "training stopped: ..." and e
 """
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
+
+from gigpo.advantage.rows import NonFiniteRows
 
 
 class NonFiniteError(FloatingPointError):
@@ -21,3 +24,12 @@ def require_finite(name: str, values: Any, where: str) -> None:
     if bad.size:
         raise NonFiniteError(f"{where}: {name} has {bad.size} non-finite value(s) (first at index {int(bad[0])}: "
                              f"{array.flat[bad[0]]}); stopping before anything is saved")
+
+
+@contextmanager
+def stop_on_nonfinite_rows(where: str) -> Iterator[None]:
+    """Inside: a NaN/inf reward found when a rollout builds its StepRows stops training as any NaN does."""
+    try:
+        yield
+    except NonFiniteRows as exc:
+        raise NonFiniteError(f"{where}: non-finite step rows: {exc}; stopping before anything is saved") from None

@@ -1,7 +1,7 @@
 """The rollout split over ranks: each rank plays a contiguous share of an iteration's task groups (and
 of the evaluation tasks) with its own generator and env pool, computes its groups' advantages and trains
 on its own steps. What rank 0 logs is put back together from the ranks' parts: metrics and episode
-summaries always, the advantages' numbers for the diagnostics, step records only for a record that is due.
+summaries always, the advantages' numbers for the diagnostics, the steps' texts only for a record that is due.
 
 Group and trajectory ids are global (`rollout(group_offset=share.start)`), so a share's rows carry the
 ids they would have in the whole batch, and the advantage, which is group-local for every estimator
@@ -11,18 +11,14 @@ Where ranks cannot each hold a generator (a remote server) rank 0 plays every gr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 import numpy as np
 
+from gigpo.advantage.rows import StepRows
 from gigpo.config import RolloutConfig
 from gigpo.rollout.records import Rollout
-
-if TYPE_CHECKING:
-    from gigpo.advantage.estimators import AdvantageResult
-    from gigpo.advantage.rows import StepRows
-    from gigpo.trainer.step_batch import StepBatch
 
 RATE_KEYS = ("success", "return", "episode_length", "invalid_action_rate", "episodes", "errors")
 """Rollout.metrics() keys that are functions of the episodes alone: recomputed from the merged episodes."""
@@ -90,7 +86,7 @@ def merge_rollouts(parts: Sequence[Optional[Rollout]]) -> Rollout:
     for p in played:
         for key, value in p.env_faults.items():
             faults[key] = faults.get(key, 0.0) + value
-    return Rollout(steps=sorted((s for p in played for s in p.steps), key=lambda s: (s.step, s.traj)),
+    return Rollout(steps=StepRows.concat([p.steps for p in played]).in_step_order(),
                    episodes=sorted((e for p in played for e in p.episodes), key=lambda e: e.traj),
                    tokens_generated=sum(p.tokens_generated for p in played),
                    seconds_generate=max((p.seconds_generate for p in played), default=0.0),
@@ -116,50 +112,34 @@ def merge_metrics(parts: Sequence[dict[str, float]], first_draw: Rollout) -> dic
     return out
 
 
-def split_groups(batch: "StepBatch", ranks: int) -> list[tuple]:
-    """A batch played by one rank as `ranks` contiguous shares of its task groups (each rank's step records,
-    in the batch's order), for the layouts where rank 0 alone plays."""
-    groups = np.unique(batch.group)
+def split_groups(rows: StepRows, ranks: int) -> list[StepRows]:
+    """Steps played by one rank as `ranks` contiguous shares of their task groups (each in the rows' order),
+    for the layouts where rank 0 alone plays."""
+    groups = np.unique(rows.group)
     shares = [Share(r, ranks).of(len(groups)) for r in range(ranks)]
-    return [tuple(batch.records[i] for i in np.flatnonzero(np.isin(batch.group, groups[s.start:s.stop])))
-            for s in shares]
+    return [rows.select(np.isin(rows.group, groups[s.start:s.stop])) for s in shares]
 
 
-ROW_COLUMNS = ("group", "traj", "step", "reward", "anchor", "value")
-"""StepRows' numeric columns: what a rank sends rank 0 of its rows for the step-group diagnostics."""
+HEAVY_COLUMNS = ("prompt_ids", "response_ids", "behaviour_logprobs", "token_values")
+"""Per-token columns: rank 0's diagnostics and records never need them."""
+TEXT_COLUMNS = ("anchor_text", "observation", "response", "action", "invalid_reason")
+"""What a rank sends rank 0 only when a record or rows file is due."""
 
 
-def advantage_part(batch: "StepBatch", result: "AdvantageResult", with_texts: bool) -> dict[str, Any]:
-    """One rank's rows and advantages as numbers (ids, rewards, anchor hashes, the estimator's arrays), plus
-    its step records and anchor texts only `with_texts` (a record or rows file is due)."""
-    rows = batch.rows
-    return {"columns": {name: getattr(rows, name) for name in ROW_COLUMNS}, "result": result,
-            "anchor_text": list(rows.anchor_text) if with_texts and rows.anchor_text is not None else None,
-            "records": batch.records if with_texts else None}
+def advantage_part(rows: StepRows, with_texts: bool) -> StepRows:
+    """One rank's scored rows as numbers (ids, rewards, anchor keys, the estimator's columns), with the
+    steps' texts only `with_texts` (a record or rows file is due)."""
+    return rows.without(*HEAVY_COLUMNS, *(() if with_texts else TEXT_COLUMNS))
 
 
-def merge_advantage_parts(parts: Sequence[Optional[dict[str, Any]]], num_groups: int
-                          ) -> Optional[tuple["StepRows", "AdvantageResult", Optional[tuple]]]:
-    """The ranks' parts as the rows, advantages and records of one rank holding every group, in its order
-    (draw by draw, each in (step, traj) order); None if no rank sent a part."""
-    from gigpo.advantage.rows import StepRows
-
+def merge_advantage_parts(parts: Sequence[Optional[StepRows]], num_groups: int) -> Optional[StepRows]:
+    """The ranks' parts as the scored rows of one rank holding every group, in its order (draw by draw, each
+    in (step, traj) order); None if no rank sent a part."""
     parts = [p for p in parts if p is not None]
     if not parts:
         return None
-    cat = lambda name: None if parts[0]["columns"][name] is None else np.concatenate(  # noqa: E731
-        [p["columns"][name] for p in parts])
-    columns = {name: cat(name) for name in ROW_COLUMNS}
-    order = np.lexsort((columns["traj"], columns["step"], columns["group"] // num_groups))
-    texts = None if parts[0]["anchor_text"] is None else [t for p in parts for t in p["anchor_text"]]
-    rows = StepRows(**{k: None if v is None else v[order] for k, v in columns.items()},
-                    anchor_text=None if texts is None else [texts[i] for i in order])
-    result = parts[0]["result"]
-    result = replace(result, **{name: np.concatenate([getattr(p["result"], name) for p in parts])[order]
-                                for name in ("advantage", "episode_advantage", "step_advantage", "step_group_size",
-                                             "returns")})
-    records = None if parts[0]["records"] is None else [r for p in parts for r in p["records"]]
-    return rows, result, None if records is None else tuple(records[i] for i in order)
+    rows = StepRows.concat(parts)
+    return rows.select(np.lexsort((rows.traj, rows.step, rows.group // num_groups)))
 
 
 def merge_gaps(parts: Sequence[tuple[float, int, float]]) -> tuple[float, int, float]:

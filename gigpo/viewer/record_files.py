@@ -37,7 +37,7 @@ import numpy as np
 
 FORMAT = 1
 ABSENT_PARTS = {"grpo": ("step_advantage",), "rloo": ("step_advantage",), "ppo": ("episode_advantage", "step_advantage")}
-"""Advantage parts an estimator does not have (its AdvantageResult holds zeros there): recorded as null."""
+"""Advantage parts an estimator does not have (its scored rows hold zeros there): recorded as null."""
 RECORDS_DIR = "records"
 PHASES = ("train", "eval")
 
@@ -64,83 +64,63 @@ def _num(x: Any) -> Optional[float]:
     return round(x, 6) if math.isfinite(x) else None
 
 
-@dataclass(frozen=True)
-class StepColumns:
-    """Per-row arrays beside the rollout's steps (all (N,), in the steps' order)."""
-
-    returns: np.ndarray                        # (N,) float64 discounted return R_t
-    step_group: np.ndarray                     # (N,) int64 dense step-group id
-    advantage: Optional[np.ndarray] = None     # (N,) float64 final advantage (None: eval)
-    episode_advantage: Optional[np.ndarray] = None
-    step_advantage: Optional[np.ndarray] = None
-    value: Optional[np.ndarray] = None         # (N,) float64 critic value (PPO)
-
-
-def step_columns(steps: Sequence[Any], gamma: float, similarity: Optional[float], result: Any = None,
-                 rows: Any = None, estimator: str = "") -> StepColumns:
-    """Returns and step groups of `steps` (recomputed with the estimators' own pure functions), plus the
-    advantage parts of `result` (the AdvantageResult of `estimator` for these rows) when given."""
-    from gigpo.advantage.anchors import anchor_keys
+def step_columns(rows: Any, gamma: float, similarity: Optional[float], split_versions: bool,
+                 estimator: str = "") -> dict[str, Optional[list]]:
+    """The record's per-step values of `rows` (a StepRows), as lists in the rows' order: the discounted
+    return R_t and the step groups (the estimators' own functions, on the rows and anchor keys the estimator
+    used), and the advantage parts of scored rows (None for rollout rows, and for the parts `estimator`
+    does not have)."""
     from gigpo.advantage.estimators import step_groups
-    from gigpo.advantage.rows import StepRows
 
-    if rows is None:
-        texts = [s.anchor for s in steps]
-        rows = StepRows(group=np.array([s.group for s in steps], dtype=np.int64),
-                        traj=np.array([s.traj for s in steps], dtype=np.int64),
-                        step=np.array([s.step for s in steps], dtype=np.int64),
-                        reward=np.array([s.reward for s in steps], dtype=np.float64),
-                        anchor=anchor_keys(texts), anchor_text=texts)
     returns = rows.layout.reverse_discounted_sum(rows.reward, gamma)
-    group_of_step, _ = step_groups(rows, rows.layout, similarity)
-    if result is None:
-        return StepColumns(returns, group_of_step, value=rows.value)
+    group_of_step, _ = step_groups(rows, rows.layout, similarity, split_versions)
     absent = ABSENT_PARTS.get(estimator, ())
-    return StepColumns(returns, group_of_step, result.advantage,
-                       None if "episode_advantage" in absent else result.episode_advantage,
-                       None if "step_advantage" in absent else result.step_advantage, rows.value)
+    parts = {name: None if getattr(rows, name) is None or name in absent else getattr(rows, name).tolist()
+             for name in ("advantage", "episode_advantage", "step_advantage", "value")}
+    return {"return": returns.tolist(), "sg": group_of_step.tolist(), **parts}
 
 
-def build_record(header: dict[str, Any], steps: Sequence[Any], episodes: Sequence[Any], columns: StepColumns,
+def build_record(header: dict[str, Any], rows: Any, episodes: Sequence[Any], columns: dict[str, Optional[list]],
                  max_bytes: int, max_chars: int) -> list[str]:
-    """The record's JSON lines (header first): whole groups in group order while they fit in max_bytes."""
-    from gigpo.advantage.anchors import anchor_key
-
-    sg_size = (np.bincount(columns.step_group)[columns.step_group] if len(steps) else np.zeros(0, dtype=np.int64)).tolist()
-    step_group, returns = columns.step_group.tolist(), columns.returns.tolist()
-    part = {name: None if getattr(columns, name) is None else getattr(columns, name).tolist()  # lists: fast indexing
-            for name in ("advantage", "episode_advantage", "step_advantage", "value")}
+    """The record's JSON lines (header first): whole groups in group order while they fit in max_bytes.
+    `rows` is a StepRows with the rollout's texts; `columns` its step_columns()."""
+    step_group = columns["sg"]
+    sg_size = (np.bincount(step_group)[step_group] if len(rows) else np.zeros(0, dtype=np.int64)).tolist()
+    group, traj, step, reward = rows.group.tolist(), rows.traj.tolist(), rows.step.tolist(), rows.reward.tolist()
+    valid = rows.action_valid.tolist() if len(rows) else []
+    truncated = rows.truncated_response.tolist() if len(rows) else []
+    anchor, version = rows.anchor.tolist(), rows.policy_version.tolist() if len(rows) else []
     by_traj: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for i, s in enumerate(steps):
-        by_traj[(s.group, s.traj)].append(i)
+    for i in range(len(rows)):
+        by_traj[(group[i], traj[i])].append(i)
     episode_of = {(e.group, e.traj): e for e in episodes}
     groups: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for key in sorted(by_traj):
         groups[key[0]].append(key)
 
     def parts(name: str, i: int) -> Optional[float]:
-        return None if part[name] is None else _num(part[name][i])
+        return None if columns[name] is None else _num(columns[name][i])
 
     def step_json(i: int) -> dict[str, Any]:
-        s = steps[i]
-        obs, obs_cut = cut_text(s.observation, max_chars)
-        response, response_cut = cut_text(s.response, max_chars)
-        return {"t": int(s.step), "obs": obs, "response": response, "action": None if s.action is None else str(s.action), "valid": bool(s.action_valid),
-                "reason": s.invalid_reason, "reward": _num(s.reward), "return": _num(returns[i]),
-                "anchor": f"{anchor_key(s.anchor) & (2**64 - 1):016x}", "sg": step_group[i], "sg_size": sg_size[i], "adv_episode": parts("episode_advantage", i),
+        obs, obs_cut = cut_text(rows.observation[i], max_chars)
+        response, response_cut = cut_text(rows.response[i], max_chars)
+        action = rows.action[i]
+        return {"t": step[i], "obs": obs, "response": response, "action": None if action is None else str(action),
+                "valid": valid[i], "reason": rows.invalid_reason[i], "reward": _num(reward[i]),
+                "return": _num(columns["return"][i]), "anchor": f"{anchor[i] & (2**64 - 1):016x}", "sg": step_group[i],
+                "sg_size": sg_size[i], "adv_episode": parts("episode_advantage", i),
                 "adv_step": parts("step_advantage", i), "adv": parts("advantage", i), "value": parts("value", i),
-                "version": int(s.policy_version), "cut": obs_cut or response_cut,
-                "truncated_response": bool(s.truncated_response)}
+                "version": version[i], "cut": obs_cut or response_cut, "truncated_response": truncated[i]}
 
     def traj_json(key: tuple[int, int]) -> dict[str, Any]:
-        rows = sorted(by_traj[key], key=lambda i: steps[i].step)
+        mine = sorted(by_traj[key], key=lambda i: step[i])
         e = episode_of.get(key)
         summary = ({"seed": e.seed, "won": bool(e.won), "return": _num(e.episode_return), "length": e.length,
                     "invalid_steps": e.invalid_steps, "task_type": e.task_type, "error": e.error} if e is not None else
-                   {"seed": None, "won": None, "return": _num(sum(steps[i].reward for i in rows)), "length": len(rows),
-                    "invalid_steps": sum(not steps[i].action_valid for i in rows), "task_type": "", "error": None})
+                   {"seed": None, "won": None, "return": _num(sum(reward[i] for i in mine)), "length": len(mine),
+                    "invalid_steps": sum(not valid[i] for i in mine), "task_type": "", "error": None})
         return {"kind": "traj", "group": int(key[0]), "traj": int(key[1]), **summary,
-                "steps": [step_json(i) for i in rows]}
+                "steps": [step_json(i) for i in mine]}
 
     lines: list[str] = []
     used = 0
@@ -160,7 +140,7 @@ def build_record(header: dict[str, Any], steps: Sequence[Any], episodes: Sequenc
         first = episode_of.get(keys[0])
         seeds.append(first.seed if first is not None else None)
     head = {"kind": "header", "format": FORMAT, **header, "groups_total": len(groups), "groups_kept": kept_groups,
-            "trajs_kept": trajs_kept, "steps_total": len(steps), "steps_kept": steps_kept, "seeds": seeds,
+            "trajs_kept": trajs_kept, "steps_total": len(rows), "steps_kept": steps_kept, "seeds": seeds,
             "max_bytes": max_bytes, "max_chars": max_chars}
     return [json.dumps(head) + "\n", *lines]
 
@@ -185,6 +165,8 @@ class RolloutRecorder:
     max_chars: int
     gamma: float
     similarity: Optional[float]
+    split_versions: bool
+    """Step groups split by policy version, as the estimator's (rollout.group_versions=separate)."""
     header: dict[str, Any]
 
     @classmethod
@@ -194,32 +176,31 @@ class RolloutRecorder:
                   "episode_stats": a.episode_stats, "similarity": a.similarity, "env": e.id, "group_size": e.group_size,
                   "max_steps": e.max_steps}
         return cls(Path(run_dir), lg.rollouts_every, int(lg.rollouts_max_mb * 1e6), lg.rollouts_max_chars, a.gamma,
-                   a.similarity, header)
+                   a.similarity, config.rollout.group_versions != "mixed", header)
 
     def path(self, iteration: int, phase: str) -> Path:
         return self.run_dir / RECORDS_DIR / f"{record_name(iteration, phase)}.jsonl.gz"
 
-    def _write(self, iteration: int, phase: str, steps: Sequence[Any], episodes: Sequence[Any],
-               make_columns: Callable[[], StepColumns]) -> Optional[Path]:
+    def _write(self, iteration: int, phase: str, rows: Any, episodes: Sequence[Any]) -> Optional[Path]:
         header = {**self.header, "iteration": iteration, "phase": phase}
         if phase == "eval":
             header["group_size"] = 1
         try:
-            lines = build_record(header, steps, episodes, make_columns(), self.max_bytes, self.max_chars)
+            columns = step_columns(rows, self.gamma, self.similarity, self.split_versions, self.header["estimator"])
+            lines = build_record(header, rows, episodes, columns, self.max_bytes, self.max_chars)
             return write_record(self.path(iteration, phase), lines)
         except Exception as exc:  # a record is a diagnostic: never lose a training run over it (a full disk, ...)
             print(f"gigpo: the {phase} rollout record of iteration {iteration} failed ({type(exc).__name__}: {exc}); "
                   "training goes on", flush=True)
             return None
 
-    def after_advantage(self, iteration: int, last: bool, steps: Sequence[Any], episodes: Sequence[Any], rows: Any,
-                        result: Any) -> Optional[Path]:
-        """Record the update's episodes when due (every `rollouts_every` iterations, and the last)."""
+    def after_advantage(self, iteration: int, last: bool, rows: Any, episodes: Sequence[Any]) -> Optional[Path]:
+        """Record the update's episodes when due (every `rollouts_every` iterations, and the last), from the
+        rows the estimator scored (a StepRows with the rollout's texts)."""
         if not self.every or not (iteration % self.every == 0 or last):
             return None
-        used = {s.group for s in steps}  # dynamic sampling may have dropped groups from the update
-        return self._write(iteration, "train", steps, [e for e in episodes if e.group in used],
-                           lambda: step_columns(steps, self.gamma, self.similarity, result, rows, self.header["estimator"]))
+        used = set(rows.group.tolist())  # dynamic sampling may have dropped groups from the update
+        return self._write(iteration, "train", rows, [e for e in episodes if e.group in used])
 
     def eval_hook(self, iteration: int) -> Optional[Callable[[Any], None]]:
         """The `on_rollout` callback for evaluate(): records the evaluation's episodes (None when records are off)."""
@@ -227,7 +208,6 @@ class RolloutRecorder:
             return None
 
         def record(result: Any) -> None:
-            self._write(iteration, "eval", result.steps, result.episodes,
-                        lambda: step_columns(result.steps, self.gamma, self.similarity))
+            self._write(iteration, "eval", result.steps, result.episodes)
 
         return record

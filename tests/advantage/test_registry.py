@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gigpo.advantage import (
-    ESTIMATORS, AdvantageOptions, AdvantageResult, StepRows, compute_advantages, get_estimator, register_estimator,
+    ESTIMATORS, AdvantageOptions, StepRows, compute_advantages, get_estimator, register_estimator, scored,
 )
 
 OPTIONS = dict(gamma=1.0, lam=1.0, step_weight=1.0, norm="mean", episode_stats="trajectory", similarity=None)
@@ -18,10 +18,10 @@ def test_builtin_estimators_are_registered():
 
 def test_a_user_estimator_is_callable_by_name_and_names_stay_unique():
     @register_estimator("raw_return_test")
-    def raw_return(rows: StepRows, options: AdvantageOptions) -> AdvantageResult:
+    def raw_return(rows: StepRows, options: AdvantageOptions) -> StepRows:
         returns = rows.layout.reverse_discounted_sum(rows.reward, options.gamma)
         n = len(rows)
-        return AdvantageResult(returns, np.zeros(n), np.zeros(n), np.ones(n, dtype=np.int64), returns)
+        return scored(rows, returns, np.zeros(n), np.zeros(n), np.ones(n, dtype=np.int64), returns)
 
     try:
         rows = StepRows(group=[0, 0], traj=[0, 0], step=[1, 0], reward=[2.0, 1.0], anchor=[0, 0])

@@ -60,8 +60,9 @@ def test_the_rollout_marks_answers_cut_off_by_max_new_tokens_and_they_play_as_in
     with build_pool(config) as pool:
         played = rollout(pool, _CutOffEveryOtherAnswer(), lambda views: [[1, 2, 3] for _ in views], train_seeds(config, 1),
                          config.env.group_size, sampling(config, evaluation=False, seed=1), config.rollout.max_prompt_tokens)
-    cut = [s for s in played.steps if s.truncated_response]
-    ended = [s for s in played.steps if not s.truncated_response]
+    cut = [s for s in played.steps.as_dicts() if s["truncated_response"]]
+    ended = [s for s in played.steps.as_dicts() if not s["truncated_response"]]
     assert cut and ended
-    assert not any(s.action_valid for s in cut) and all(s.reward == -config.env.invalid_action_penalty for s in cut)
-    assert all(s.action_valid for s in ended)
+    assert not any(s["action_valid"] for s in cut)
+    assert all(s["reward"] == -config.env.invalid_action_penalty for s in cut)
+    assert all(s["action_valid"] for s in ended)

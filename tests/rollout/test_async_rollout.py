@@ -40,11 +40,10 @@ def test_greedy_async_turns_play_the_same_episodes_as_batched_turns(sokoban, vll
     played = _play(sokoban, vllm_generator, "async", greedy)
     assert [asdict(e) for e in played.episodes] == [asdict(e) for e in batched.episodes]
     assert len(played.steps) == len(batched.steps) > len(played.episodes)  # several steps per episode
-    for got, want in zip(played.steps, batched.steps):
-        got, want = asdict(got), asdict(want)
+    for got, want in zip(played.steps.as_dicts(), batched.steps.as_dicts()):
         # same tokens; log-probs of one sequence computed in a different batch may differ in the last bits
         # of fp32 (the matmul splits change), far below 1e-4 for values of magnitude <= ~10
-        assert got.pop("response_logprobs") == pytest.approx(want.pop("response_logprobs"), abs=1e-4)
+        assert got.pop("behaviour_logprobs") == pytest.approx(want.pop("behaviour_logprobs"), abs=1e-4)
         assert got == want
 
 
@@ -53,21 +52,22 @@ def test_sampled_async_rows_are_well_formed_and_repeat_under_the_same_seed(sokob
     sampled = SamplingSettings(temperature=1.0, max_new_tokens=8, stop=("</action>",), seed=11)
     first = _play(sokoban, vllm_generator, "async", sampled)
     again = _play(sokoban, vllm_generator, "async", sampled)
-    assert [asdict(s) for s in first.steps] == [asdict(s) for s in again.steps]  # whatever order requests ended in
-    assert [(s.step, s.traj) for s in first.steps] == sorted((s.step, s.traj) for s in first.steps)
+    steps = first.steps.as_dicts()
+    assert steps == again.steps.as_dicts()  # whatever order requests ended in
+    assert [(s["step"], s["traj"]) for s in steps] == sorted((s["step"], s["traj"]) for s in steps)
     start = pool.reset([3, 4], group_size=3)
     for episode in first.episodes:
-        rows = [s for s in first.steps if s.traj == episode.traj]
-        assert [s.step for s in rows] == list(range(episode.length))
-        assert sum(s.reward for s in rows) == pytest.approx(episode.episode_return)
-        assert sum(not s.action_valid for s in rows) == episode.invalid_steps
-        assert rows[0].anchor == str(start[episode.traj].anchor)  # the state before the first action
-        assert rows[0].prompt_ids == prompt_fn([start[episode.traj]])[0]
+        rows = [s for s in steps if s["traj"] == episode.traj]
+        assert [s["step"] for s in rows] == list(range(episode.length))
+        assert sum(s["reward"] for s in rows) == pytest.approx(episode.episode_return)
+        assert sum(not s["action_valid"] for s in rows) == episode.invalid_steps
+        assert rows[0]["anchor_text"] == str(start[episode.traj].anchor)  # the state before the first action
+        assert rows[0]["prompt_ids"] == prompt_fn([start[episode.traj]])[0]
         for row in rows:
-            assert len(row.response_logprobs) == len(row.response_ids) > 0
-            assert all(lp <= 0 for lp in row.response_logprobs)
-            assert row.group == episode.group and row.truncated_response == (len(row.response_ids) == 8
-                                                                              and not row.action_valid)
+            assert len(row["behaviour_logprobs"]) == len(row["response_ids"]) > 0
+            assert all(lp <= 0 for lp in row["behaviour_logprobs"])
+            assert row["group"] == episode.group and row["truncated_response"] == (len(row["response_ids"]) == 8
+                                                                                    and not row["action_valid"])
 
 
 def test_the_hf_backend_has_no_async_turns(tiny_model_dir, sokoban):
@@ -116,8 +116,8 @@ def test_a_crashing_or_hanging_env_ends_only_its_own_episode():
         assert lengths == {0: 4, 1: 1, 2: 0, 3: 4, 4: 2, 5: 4}
         assert "died" in errors[1] and "step_timeout_s" in errors[2] and "boom" in errors[4]
         assert all(errors[t] is None for t in (0, 3, 5))
-        rows = {(s.traj, s.step): s for s in played.steps}
+        rows = {(s["traj"], s["step"]): s for s in played.steps.as_dicts()}
         # a faulted episode also has a row for the step that ended it (as the batched driver records it)
         assert sorted(rows) == [(t, k) for t in range(6) for k in range(lengths[t] + (errors[t] is not None))]
-        assert rows[(1, 1)].reward == 0.0 and rows[(0, 3)].reward == 1.0  # the crash step earns nothing
+        assert rows[(1, 1)]["reward"] == 0.0 and rows[(0, 3)]["reward"] == 1.0  # the crash step earns nothing
         assert pool.stats().worker_restarts == 2

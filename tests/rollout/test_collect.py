@@ -64,36 +64,35 @@ def played(tiny_model_dir):
 def test_records_match_a_replay_with_the_anchor_before_the_action(played):
     config, policy, seeds, result = played
     by_traj: dict[int, list] = defaultdict(list)
-    for record in result.steps:
-        by_traj[record.traj].append(record)
+    for record in result.steps.as_dicts():
+        by_traj[record["traj"]].append(record)
     episodes = {e.traj: e for e in result.episodes}
     assert sorted(by_traj) == sorted(episodes) == list(range(len(seeds) * config.env.group_size))
     kwargs = {"invalid_action_penalty": config.env.invalid_action_penalty, **config.env.kwargs}
     for traj, records in by_traj.items():
         episode = episodes[traj]
-        assert {r.group for r in records} == {episode.group} and episode.group == traj // config.env.group_size
+        assert {r["group"] for r in records} == {episode.group} and episode.group == traj // config.env.group_size
         assert episode.seed == seeds[episode.group]  # a group's episodes play its one task
-        assert [r.step for r in records] == list(range(len(records))) and len(records) == episode.length
+        assert [r["step"] for r in records] == list(range(len(records))) and len(records) == episode.length
         env = gym.make(config.env.id, **kwargs).unwrapped
         env.reset(seed=episode.seed)
         for record in records:
-            assert record.anchor == env.anchor(), (traj, record.step)  # the state the action was taken in
-            _, reward, terminated, _, info = env.step(policy.texts[tuple(record.response_ids)])
-            assert record.reward == pytest.approx(reward) and record.action_valid == info["action_valid"]
-        assert sum(r.reward for r in records) == pytest.approx(episode.episode_return)
+            assert record["anchor_text"] == env.anchor(), (traj, record["step"])  # the state the action was taken in
+            _, reward, terminated, _, info = env.step(policy.texts[tuple(record["response_ids"])])
+            assert record["reward"] == pytest.approx(reward) and record["action_valid"] == info["action_valid"]
+        assert sum(r["reward"] for r in records) == pytest.approx(episode.episode_return)
         assert terminated or len(records) == config.env.max_steps
 
 
 def test_gigpo_step_groups_merge_shared_states_and_carry_a_signal(played):
     from gigpo.advantage.estimators import compute_advantages
-    from gigpo.trainer.step_batch import StepBatch
 
     config, _, _, result = played
     a = config.algorithm
-    out = compute_advantages("gigpo", StepBatch.from_records(result.steps).rows, gamma=a.gamma, lam=a.lam, step_weight=a.step_weight,
+    out = compute_advantages("gigpo", result.steps, gamma=a.gamma, lam=a.lam, step_weight=a.step_weight,
                              norm=a.norm, episode_stats=a.episode_stats, similarity=a.similarity,
                              step_min_spread=a.step_min_spread)
-    first_steps = [i for i, r in enumerate(result.steps) if r.step == 0]
+    first_steps = np.flatnonzero(result.steps.step == 0)
     # each group's episodes all start in its reset state: its step group holds those group_size rows at least
     # (more where an episode came back to it)
     assert min(out.step_group_size[first_steps].tolist()) >= config.env.group_size

@@ -299,8 +299,8 @@ def test_a_rollout_reuses_prompts_across_turns_and_leaves_no_cache_behind(tiny_m
         for name, gen in (("cached", cached), ("full", full)):
             played[name] = rollout(pool, gen, prompt_fn, train_seeds(config, 1), config.env.group_size,
                                    sampling(config, evaluation=False, seed=1), config.rollout.max_prompt_tokens)
-    assert [(s.prompt_ids, s.response_ids) for s in played["cached"].steps] == \
-        [(s.prompt_ids, s.response_ids) for s in played["full"].steps]
+    assert played["cached"].steps.prompt_ids == played["full"].steps.prompt_ids
+    assert played["cached"].steps.response_ids == played["full"].steps.response_ids
     assert len(distinct) > 1 and sum(prefilled) < sum(distinct), (prefilled, distinct)
     assert len(cached.prompt_cache) == 0 and cached.prompt_cache.bytes == 0
 

@@ -5,7 +5,7 @@ loop with every object collective watched.
 
 Wraps torch.distributed's object collectives (all of gigpo's go through them: distributed.py) to note what
 each payload holds, runs the training, and writes OUT_DIR/spy_rank{RANK}.json: per collective, the kinds of
-step data found in the payload (step records, training samples, tensors, token-id or text columns) and its
+step data found in the payload (steps with tokens, training samples, tensors, token-id or text columns) and its
 pickled size.
 """
 from __future__ import annotations
@@ -25,14 +25,13 @@ import torch.distributed as dist
 
 def step_data(obj: Any, found: set[str], depth: int = 0) -> set[str]:
     """The kinds of step data inside `obj` (walked through containers and dataclasses)."""
-    from gigpo.rollout.records import StepRecord
+    from gigpo.advantage.rows import StepRows
     from gigpo.trainer.batching import TrainSample
-    from gigpo.trainer.step_batch import StepBatch
 
     if depth > 12:
         return found
-    if isinstance(obj, (StepRecord, TrainSample, StepBatch)):
-        found.add(type(obj).__name__)
+    if isinstance(obj, TrainSample) or isinstance(obj, StepRows) and len(obj) and obj.response_ids is not None:
+        found.add(type(obj).__name__)  # samples, or steps with their tokens (numbers-only rows may cross)
     elif isinstance(obj, torch.Tensor):
         found.add("Tensor")
     elif isinstance(obj, dict):

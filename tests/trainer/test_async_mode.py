@@ -19,7 +19,6 @@ import pytest
 import torch
 from support.run import WARM, metrics_of, processes_with, train, train_and_kill_in_iteration_3
 
-from gigpo.rollout.records import StepRecord
 from gigpo.rollout.types import SamplingSettings
 from gigpo.trainer.off_policy import staleness
 from gigpo.trainer.pipeline import PipelineStopped, RolloutPipeline
@@ -63,26 +62,29 @@ def test_staleness_beyond_the_bound_is_refused() -> None:
         staleness(3, [1, 3], bound=1)
 
 
-def step(traj: int, version: int, anchor: str = "room A", reward: float = 0.0) -> StepRecord:
-    return StepRecord(group=0, traj=traj, step=0, prompt_ids=[1], response_ids=[2], response_logprobs=[-1.0],
-                      reward=reward, anchor=anchor, action_valid=True, truncated_response=False, policy_version=version)
-
-
 def test_step_groups_never_mix_policy_versions_by_default() -> None:
-    from gigpo.advantage.estimators import compute_advantages
-    from gigpo.trainer.step_batch import StepBatch
+    """rollout.group_versions=separate (the default): one state played by two versions makes two step groups,
+    in exact and in similarity grouping; mixed: one."""
+    from gigpo.advantage.anchors import anchor_keys
+    from gigpo.advantage.estimators import compute_advantages, step_groups
+    from gigpo.advantage.rows import StepRows
+    from gigpo.config import RolloutConfig, load_config
+    from gigpo.trainer.samples import with_advantages
 
-    steps = [step(0, 3, reward=1.0), step(1, 3), step(2, 4, reward=1.0), step(3, 4)]  # one state, two versions
-    for mixed, sizes in ((False, [2, 2, 2, 2]), (True, [4, 4, 4, 4])):
-        rows = StepBatch.from_records(steps, mixed_versions=mixed).rows
-        result = compute_advantages("gigpo", rows, gamma=0.95, lam=0.95, step_weight=1.0, norm="std",
-                                    episode_stats="trajectory", similarity=None)
+    texts = ["room A"] * 4  # one state, two versions
+    rows = StepRows(group=[0] * 4, traj=[0, 1, 2, 3], step=[0] * 4, reward=[1.0, 0.0, 1.0, 0.0],
+                    anchor=anchor_keys(texts), anchor_text=texts, policy_version=[3, 3, 4, 4],
+                    prompt_ids=[[1]] * 4, response_ids=[[2]] * 4, behaviour_logprobs=[[-1.0]] * 4)
+    assert RolloutConfig().group_versions == "separate"
+    algorithm = load_config("recipes/sokoban_tiny.yaml").algorithm
+    for split, sizes in ((True, [2, 2, 2, 2]), (False, [4, 4, 4, 4])):
+        result = with_advantages(rows, algorithm, split_versions=split)
         assert result.step_group_size.tolist() == sizes
-        if not mixed:  # every step group's rows carry one version
-            keys = {}
-            for s, key in zip(steps, rows.anchor):
-                keys.setdefault(int(key), set()).add(s.policy_version)
-            assert all(len(v) == 1 for v in keys.values())
+        similar = compute_advantages("gigpo", rows, gamma=0.95, lam=0.95, step_weight=1.0, norm="std",
+                                     episode_stats="trajectory", similarity=0.9, split_versions=split)
+        assert similar.step_group_size.tolist() == sizes
+    groups, _ = step_groups(rows, rows.layout, None, split_versions=True)
+    assert len(set(groups[:2])) == 1 and set(groups[:2]).isdisjoint(groups[2:])  # each group holds one version
 
 
 # --------------------------------------------------------------------------- the pipeline, with a real generator

@@ -86,7 +86,7 @@ def test_two_ranks_play_the_groups_rows_and_advantages_of_one_rank(tmp_path, bac
 def test_step_data_stays_on_the_rank_that_played_it_in_async_dynamic_sampling_runs(tmp_path):
     """Two ranks, async rollouts and dynamic sampling: each rank trains on the groups it played. Every object
     collective of the run is watched (spy_train_worker.py): only metrics, episode summaries and numbers cross
-    ranks, never a step record, a training sample, a tensor or a text column (records for `gigpo view` off;
+    ranks, never a step's tokens, a training sample, a tensor or a text column (records for `gigpo view` off;
     when one is due its steps do travel to rank 0, which writes it)."""
     import os
     import subprocess

@@ -9,9 +9,9 @@ import pytest
 
 from gigpo.rollout.collect import rollout
 from gigpo.rollout.types import SamplingSettings
+from gigpo.trainer.samples import with_advantages
 from gigpo.trainer.sharding import (Share, advantage_part, merge_advantage_parts, merge_metrics, merge_rollouts,
                                     playing_ranks, split_groups)
-from gigpo.trainer.step_batch import StepBatch, with_advantages
 from support.sokoban_pool import sokoban_tiny_pool
 
 
@@ -40,9 +40,21 @@ def test_in_process_backends_play_on_every_rank_and_a_server_is_fed_by_rank_0():
     assert Share(1, 4).own_rows(3).all()
 
 
-def bare(record) -> dict:
-    """A step row without its behaviour log-probs (compared within float rounding)."""
-    return {k: v for k, v in asdict(record).items() if k != "response_logprobs"}
+def assert_same_steps(got, want, logprob_atol: float = 1e-5) -> None:
+    """Two StepRows hold the same steps in the same order: every column present in both equal, the behaviour
+    log-probs within float rounding (a share's calls are narrower)."""
+    assert len(got) == len(want)
+    for name, column in got.columns().items():
+        other = getattr(want, name)
+        if column is None or other is None:
+            continue
+        if name == "behaviour_logprobs":
+            for mine, one in zip(column, other):
+                np.testing.assert_allclose(mine, one, rtol=0, atol=logprob_atol)
+        elif isinstance(column, np.ndarray):
+            np.testing.assert_array_equal(column, other, err_msg=name)
+        else:
+            assert column == other, name
 
 
 @pytest.fixture(scope="module")
@@ -66,34 +78,32 @@ def test_shares_played_apart_and_merged_equal_one_rollout_of_every_group(sokoban
     parts = [play(seeds[s.start:s.stop], s.start) for s in shares]
     merged = merge_rollouts(parts)
     assert len({e.group for e in parts[1].episodes}) == 2 and min(e.group for e in parts[1].episodes) == 3
-    assert [bare(r) for r in merged.steps] == [bare(r) for r in whole.steps]
-    for mine, one in zip(merged.steps, whole.steps):  # a share's calls are narrower: float rounding differs
-        np.testing.assert_allclose(mine.response_logprobs, one.response_logprobs, rtol=0, atol=1e-5)
+    assert_same_steps(merged.steps, whole.steps)
     assert [asdict(e) for e in merged.episodes] == [asdict(e) for e in whole.episodes]
     assert merged.tokens_generated == whole.tokens_generated
     # the merged metrics: counts summed, rates recomputed over every share's episodes
-    got = merge_metrics([p.metrics() for p in parts], replace(merged, steps=[]))
+    got = merge_metrics([p.metrics() for p in parts], replace(merged, steps=merged.steps.select([])))
     assert got == pytest.approx(whole.metrics())
     assert got["rollout/episodes"] == 15 and got["rollout/env_steps"] == len(whole.steps)
     # advantages are group-local: each share's own equal the whole batch's rows
     algorithm = config.algorithm
-    full, full_result = with_advantages(StepBatch.from_records(whole.steps), algorithm, None)
+    full = with_advantages(whole.steps, algorithm, split_versions=True)
     sent = []
+    index = {(t, s): i for i, (t, s) in enumerate(zip(whole.steps.traj.tolist(), whole.steps.step.tolist()))}
     for part in parts:
-        own, own_result = with_advantages(StepBatch.from_records(part.steps), algorithm, None)
-        index = {(r.traj, r.step): i for i, r in enumerate(whole.steps)}
-        rows = [index[(r.traj, r.step)] for r in part.steps]
+        own = with_advantages(part.steps, algorithm, split_versions=True)
+        rows = [index[key] for key in zip(part.steps.traj.tolist(), part.steps.step.tolist())]
         np.testing.assert_allclose(own.advantage, full.advantage[rows], rtol=0, atol=1e-12)
-        sent.append(advantage_part(own, own_result, with_texts=True))
+        sent.append(advantage_part(own, with_texts=True))
     assert np.abs(full.advantage).max() > 0  # the check above compared something
+    assert sent[0].response_ids is None and sent[0].observation is not None  # numbers and texts, no tokens
+    assert advantage_part(own, with_texts=False).observation is None
     # what each rank sends rank 0 for its diagnostics and records, put back: the whole batch's, in its order
-    rows, result, records = merge_advantage_parts([sent[1], None, sent[0]], len(seeds))
-    assert [bare(r) for r in records] == [bare(r) for r in whole.steps]
-    for name in ("group", "traj", "step", "anchor", "reward"):
-        np.testing.assert_array_equal(getattr(rows, name), getattr(full.rows, name))
-    assert list(rows.anchor_text) == list(full.rows.anchor_text)
+    merged_rows = merge_advantage_parts([sent[1], None, sent[0]], len(seeds))
+    assert_same_steps(merged_rows, whole.steps)
     for name in ("advantage", "episode_advantage", "step_advantage", "step_group_size", "returns"):
-        np.testing.assert_allclose(getattr(result, name), getattr(full_result, name), rtol=0, atol=1e-12)
-    # rank 0 alone played every group (a server): each rank gets the records its share would have played
-    split = split_groups(StepBatch.from_records(whole.steps), 2)
-    assert [[bare(r) for r in share] for share in split] == [[bare(r) for r in p.steps] for p in parts]
+        np.testing.assert_allclose(getattr(merged_rows, name), getattr(full, name), rtol=0, atol=1e-12)
+    # rank 0 alone played every group (a server): each rank gets the steps its share would have played
+    split = split_groups(whole.steps, 2)
+    for share, part in zip(split, parts):
+        assert_same_steps(share, part.steps)

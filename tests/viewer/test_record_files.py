@@ -21,10 +21,10 @@ def read_lines(path: Path) -> tuple[dict, list[dict]]:
 def test_train_record_holds_each_steps_values_from_the_estimator(tmp_path: Path) -> None:
     from gigpo.advantage.estimators import step_groups
 
-    steps, episodes, rows, result = synthetic_rollout(n_groups=3, group_size=4, length=6, seed=1)
+    steps, episodes, result = synthetic_rollout(n_groups=3, group_size=4, length=6, seed=1)
     recorder = make_recorder(tmp_path, rollouts_every=5)
-    assert recorder.after_advantage(4, False, steps, episodes, rows, result) is None  # not due
-    path = recorder.after_advantage(5, False, steps, episodes, rows, result)
+    assert recorder.after_advantage(4, False, result, episodes) is None  # not due
+    path = recorder.after_advantage(5, False, result, episodes)
     assert path == tmp_path / "records" / f"{record_name(5, 'train')}.jsonl.gz"
     header, trajs = read_lines(path)
     assert header["kind"] == "header" and header["iteration"] == 5 and header["phase"] == "train"
@@ -32,8 +32,8 @@ def test_train_record_holds_each_steps_values_from_the_estimator(tmp_path: Path)
     assert header["seeds"] == [100, 101, 102]
     # every step row comes back once, with the estimator's values; JSON keeps 6 decimals, so the
     # tolerance is half a unit in the 6th decimal (plus float64 rounding of values up to ~10)
-    sg, _ = step_groups(rows, rows.layout, None)
-    by_key = {(s.traj, s.step): i for i, s in enumerate(steps)}
+    sg, _ = step_groups(result, result.layout, None, split_versions=True)
+    by_key = {key: i for i, key in enumerate(zip(steps.traj.tolist(), steps.step.tolist()))}
     seen = 0
     for tr in trajs:
         assert [st["t"] for st in tr["steps"]] == list(range(tr["length"]))  # in step order
@@ -43,33 +43,33 @@ def test_train_record_holds_each_steps_values_from_the_estimator(tmp_path: Path)
                                 ("adv_step", result.step_advantage), ("return", result.returns)):
                 assert st[field] == pytest.approx(want[i], abs=5e-7 + 1e-14), field
             assert st["sg_size"] == result.step_group_size[i]
-            assert st["action"] == steps[i].action and st["valid"] == steps[i].action_valid
-            assert st["version"] == 3 and st["obs"] == steps[i].observation
+            assert st["action"] == steps.action[i] and st["valid"] == steps.action_valid[i]
+            assert st["version"] == 3 and st["obs"] == steps.observation[i]
+            assert st["anchor"] == f"{int(result.anchor[i]) & (2**64 - 1):016x}"  # the estimator's key
             seen += 1
         # step groups: two rows share "sg" exactly when the estimator put them in one group
     assert seen == len(steps)
     flat = [(tr["traj"], st["t"], st["sg"]) for tr in trajs for st in tr["steps"]]
     record_pairs = {(a[:2], b[:2]) for a in flat for b in flat if a[2] == b[2]}
-    estimator_pairs = {((steps[i].traj, steps[i].step), (steps[j].traj, steps[j].step))
-                       for i in range(len(steps)) for j in range(len(steps)) if sg[i] == sg[j]}
+    keys = list(by_key)
+    estimator_pairs = {(keys[i], keys[j]) for i in range(len(steps)) for j in range(len(steps)) if sg[i] == sg[j]}
     assert record_pairs == estimator_pairs
 
 
 def test_the_last_iteration_is_always_recorded_and_zero_records_nothing(tmp_path: Path) -> None:
-    steps, episodes, rows, result = synthetic_rollout(n_groups=1, group_size=2, length=3)
-    assert make_recorder(tmp_path, rollouts_every=10).after_advantage(7, True, steps, episodes, rows, result)
+    steps, episodes, result = synthetic_rollout(n_groups=1, group_size=2, length=3)
+    assert make_recorder(tmp_path, rollouts_every=10).after_advantage(7, True, result, episodes)
     off = make_recorder(tmp_path / "off", rollouts_every=0)
-    assert off.after_advantage(10, True, steps, episodes, rows, result) is None and off.eval_hook(10) is None
+    assert off.after_advantage(10, True, result, episodes) is None and off.eval_hook(10) is None
     assert not (tmp_path / "off").exists()
 
 
 def test_size_bound_keeps_whole_groups_and_counts_the_rest(tmp_path: Path) -> None:
-    steps, episodes, rows, result = synthetic_rollout(n_groups=20, group_size=4, length=8, obs_chars=400)
-    full = make_recorder(tmp_path / "full").after_advantage(10, False, steps, episodes, rows, result)
+    steps, episodes, result = synthetic_rollout(n_groups=20, group_size=4, length=8, obs_chars=400)
+    full = make_recorder(tmp_path / "full").after_advantage(10, False, result, episodes)
     full_bytes = len(gzip.decompress(full.read_bytes()))
     bound = full_bytes // 3
-    path = make_recorder(tmp_path / "cut", rollouts_max_mb=bound / 1e6).after_advantage(10, False, steps, episodes,
-                                                                                         rows, result)
+    path = make_recorder(tmp_path / "cut", rollouts_max_mb=bound / 1e6).after_advantage(10, False, result, episodes)
     header, trajs = read_lines(path)
     assert len(gzip.decompress(path.read_bytes())) <= bound
     assert 0 < header["groups_kept"] < header["groups_total"] == 20
@@ -90,7 +90,7 @@ def test_long_texts_are_cut_in_the_middle() -> None:
 def test_eval_hook_records_returns_and_step_groups_without_advantages(tmp_path: Path) -> None:
     from gigpo.rollout.collect import Rollout
 
-    steps, episodes, _, _ = synthetic_rollout(n_groups=3, group_size=1, length=5, seed=2)
+    steps, episodes, _ = synthetic_rollout(n_groups=3, group_size=1, length=5, seed=2)
     hook = make_recorder(tmp_path, rollouts_every=3).eval_hook(0)
     hook(Rollout(steps, episodes))
     header, trajs = read_lines(tmp_path / "records" / "000000-eval.jsonl.gz")
@@ -108,10 +108,10 @@ def test_eval_hook_records_returns_and_step_groups_without_advantages(tmp_path: 
 
 @pytest.mark.parametrize("estimator", ["grpo", "ppo"])
 def test_parts_an_estimator_lacks_are_null_not_zero(tmp_path: Path, estimator: str) -> None:
-    steps, episodes, rows, result = synthetic_rollout(n_groups=2, group_size=3, length=4, estimator=estimator)
+    steps, episodes, result = synthetic_rollout(n_groups=2, group_size=3, length=4, estimator=estimator)
     recorder = make_recorder(tmp_path, estimator, rollouts_every=1)
-    _, trajs = read_lines(recorder.after_advantage(1, True, steps, episodes, rows, result))
-    by_key = {(s.traj, s.step): i for i, s in enumerate(steps)}
+    _, trajs = read_lines(recorder.after_advantage(1, True, result, episodes))
+    by_key = {key: i for i, key in enumerate(zip(steps.traj.tolist(), steps.step.tolist()))}
     for tr in trajs:
         for st in tr["steps"]:
             i = by_key[(tr["traj"], st["t"])]
@@ -119,11 +119,11 @@ def test_parts_an_estimator_lacks_are_null_not_zero(tmp_path: Path, estimator: s
             if estimator == "grpo":
                 assert st["adv_episode"] == pytest.approx(result.episode_advantage[i], abs=5e-7 + 1e-14)
             else:  # PPO: no episode part, but the critic's value of the state
-                assert st["adv_episode"] is None and st["value"] == pytest.approx(rows.value[i], abs=5e-7 + 1e-14)
+                assert st["adv_episode"] is None and st["value"] == pytest.approx(result.value[i], abs=5e-7 + 1e-14)
 
 
 def test_a_failing_record_never_stops_training(tmp_path: Path, capsys) -> None:
-    steps, episodes, rows, result = synthetic_rollout(n_groups=1, group_size=2, length=3)
+    steps, episodes, result = synthetic_rollout(n_groups=1, group_size=2, length=3)
     (tmp_path / "records").write_text("a file where the folder should be")  # the write fails
-    assert make_recorder(tmp_path, rollouts_every=1).after_advantage(1, True, steps, episodes, rows, result) is None
+    assert make_recorder(tmp_path, rollouts_every=1).after_advantage(1, True, result, episodes) is None
     assert "the train rollout record of iteration 1 failed" in capsys.readouterr().out

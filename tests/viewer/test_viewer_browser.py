@@ -176,9 +176,9 @@ def test_trained_run_in_chromium_then_exported_offline(tmp_path: Path, browser) 
 def test_a_10k_step_record_stays_responsive(tmp_path: Path, browser) -> None:
     run = tmp_path / "big"
     write_run(run, iterations=1)
-    steps, episodes, rows, result = synthetic_rollout(n_groups=300, group_size=8, length=8, seed=5, states=6)
+    steps, episodes, result = synthetic_rollout(n_groups=300, group_size=8, length=8, seed=5, states=6)
     assert len(steps) >= 10_000
-    make_recorder(run, rollouts_every=1).after_advantage(1, True, steps, episodes, rows, result)
+    make_recorder(run, rollouts_every=1).after_advantage(1, True, result, episodes)
     out = tmp_path / "big.html"
     gigpo("view", str(run), "--export", str(out))
     _, trajs = read_record(run / "records" / "000001-train.jsonl.gz")

@@ -22,8 +22,8 @@ def run_dir(tmp_path: Path) -> Path:
     write_run(run)
     recorder = make_recorder(run, rollouts_every=1)
     for iteration in (1, 2):
-        steps, episodes, rows, result = synthetic_rollout(n_groups=3, group_size=2, length=4, seed=iteration)
-        recorder.after_advantage(iteration, iteration == 2, steps, episodes, rows, result)
+        steps, episodes, result = synthetic_rollout(n_groups=3, group_size=2, length=4, seed=iteration)
+        recorder.after_advantage(iteration, iteration == 2, result, episodes)
     return run
 
 

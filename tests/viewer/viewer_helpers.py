@@ -16,11 +16,13 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 
 def synthetic_rollout(n_groups: int, group_size: int, length: int, seed: int = 0, states: int = 3,
                       obs_chars: int = 40, estimator: str = "gigpo"):
-    """StepRecords/EpisodeSummaries of a made-up env whose trajectories wander over `states` states per
-    group (so states recur and step groups form), with the rows and the real GiGPO result for them."""
+    """The steps (StepRows, as a rollout fills them) and EpisodeSummaries of a made-up env whose trajectories
+    wander over `states` states per group (so states recur and step groups form), and the rows as the real
+    estimator scored them."""
+    from gigpo.advantage.anchors import anchor_keys
     from gigpo.advantage.estimators import compute_advantages
-    from gigpo.rollout.collect import EpisodeSummary, StepRecord
-    from gigpo.trainer.step_batch import StepBatch
+    from gigpo.advantage.rows import StepRows
+    from gigpo.rollout.collect import EpisodeSummary
 
     rng = np.random.default_rng(seed)
     steps, episodes = [], []
@@ -35,21 +37,22 @@ def synthetic_rollout(n_groups: int, group_size: int, length: int, seed: int = 0
                 valid = bool(rng.random() < 0.85)
                 action = str(rng.choice(["up", "down", "left", "right"])) if valid else None
                 obs = f"group {g} state {state} " + "#" * obs_chars
-                steps.append(StepRecord(group=g, traj=traj, step=t, prompt_ids=[1, 2], response_ids=[3],
-                                        response_logprobs=[-0.5], reward=(1.0 if won and t == n - 1 else -0.1),
-                                        anchor=obs, action_valid=valid, truncated_response=False, observation=obs,
-                                        response=f"<action>{action or '??'}</action>", action=action,
-                                        invalid_reason="" if valid else "not an action", policy_version=3))
+                steps.append(dict(group=g, traj=traj, step=t, prompt_ids=[1, 2], response_ids=[3],
+                                  behaviour_logprobs=[-0.5], reward=(1.0 if won and t == n - 1 else -0.1),
+                                  anchor_text=obs, action_valid=valid, truncated_response=False, observation=obs,
+                                  response=f"<action>{action or '??'}</action>", action=action,
+                                  invalid_reason="" if valid else "not an action", policy_version=3))
             episodes.append(EpisodeSummary(traj=traj, group=g, seed=100 + g, won=won,
-                                           episode_return=sum(s.reward for s in steps[first:]), length=n,
-                                           invalid_steps=sum(not s.action_valid for s in steps[first:]),
+                                           episode_return=sum(s["reward"] for s in steps[first:]), length=n,
+                                           invalid_steps=sum(not s["action_valid"] for s in steps[first:]),
                                            task_type="", error=None))
-    rows = StepBatch.from_records(steps).rows
+    columns = {name: [s[name] for s in steps] for name in steps[0]}
+    rows = StepRows(anchor=anchor_keys(columns["anchor_text"]), **columns)
     if estimator == "ppo":
         rows = replace(rows, value=rng.normal(size=len(steps)))
     result = compute_advantages(estimator, rows, gamma=0.95, lam=1.0, step_weight=1.0, norm="std",
-                                episode_stats="trajectory", similarity=None)
-    return steps, episodes, rows, result
+                                episode_stats="trajectory", similarity=None, split_versions=True)
+    return rows, episodes, result
 
 
 def make_recorder(run_dir: Path, estimator: str = "gigpo", **logging):
