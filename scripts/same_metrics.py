@@ -7,17 +7,18 @@ must be in both files with the same value, bit for bit (floats as JSON wrote the
 start with an ignored prefix: wall-clock times (`time/`) and speed and memory (`perf/`) differ between
 any two runs. Prints one line per difference (at most 20) and a summary; exits 1 when anything differs.
 
-Last output (issue 40's renames and moves, 2026-11-28, this 2-core CPU machine, load 4.5-7 from other work):
-`OMP_NUM_THREADS=1 GIGPO_CACHE=<fresh, the tiny models copied in> gigpo train recipes/sokoban_tiny.yaml
-trainer.iterations=20 trainer.run_dir=... logging.wandb_mode=disabled logging.progress=false`, with
-main's 9ff476b, then with branch names-homes at d4bd289, one after the other (210 s and 214 s):
+Last outputs (issue 40's one step record and weight-sync module, 2026-11-28, this 2-core CPU machine, load 2-9
+from other work): `OMP_NUM_THREADS=1 GIGPO_CACHE=<fresh, the tiny models copied in> gigpo train
+recipes/sokoban_tiny.yaml trainer.iterations=20 trainer.run_dir=... logging.wandb_mode=disabled
+logging.progress=false`, before (a worktree of c6cef53) and after, one run at a time:
 
-    identical: 21 and 21 lines, 1409 values compared (ignoring keys starting with time/, perf/)
+    one rank, sync (after: 6ff7f02):            identical: 21 and 21 lines, 1409 values compared (ignoring keys starting with time/, perf/)
+    one rank, rollout.mode=async (6ff7f02):     identical: 21 and 21 lines, 1529 values compared (ignoring keys starting with time/, perf/)
+    trainer.nprocs=2 (after: f51083d, 257 s and 247 s):
+                                                identical: 21 and 21 lines, 1409 values compared (ignoring keys starting with time/, perf/)
 
-The two warm-ups (different cache keys: sft_warmup.py's imports moved) gave byte-identical weights.
-The same pair with `rollout.mode=async` added (9ff476b against 5429058, 157 s and 161 s, load 4.5-5.2):
-
-    identical: 21 and 21 lines, 1529 values compared (ignoring keys starting with time/, perf/)
+Earlier (issue 40's renames and moves: main 9ff476b against names-homes d4bd289 and 5429058): identical in sync
+and async mode, and the warm-ups (different cache keys) gave byte-identical weights.
 """
 from __future__ import annotations
 
