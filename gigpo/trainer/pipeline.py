@@ -27,6 +27,7 @@ import torch
 
 from gigpo.config import RolloutConfig
 from gigpo.rollout.generator import Generator
+from gigpo.rollout.weight_sync import drain
 from gigpo.trainer.off_policy import staleness
 from gigpo.trainer.rollout_correction import Correction
 
@@ -163,8 +164,7 @@ class RolloutPipeline(Generic[T]):
                                "them with gigpo.rollout.weight_sync.push_weights, which loads and checks them now")
         self.history.append(version)
         if self.generator is None:
-            for _ in weights:
-                pass
+            drain(weights)
             return {}
         producer: ProducerGenerator = self.generator  # type: ignore[assignment]
         snapshot = list(weights)  # a copy: the actor trains on while the producer loads it

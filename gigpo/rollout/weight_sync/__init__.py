@@ -65,8 +65,7 @@ def push_start(actor: WeightSource, generator: Optional["Generator"], version: i
 
     weights = actor.named_weights()  # every rank iterates them: ZeRO-3 gathers are collective
     if generator is None:
-        for _ in weights:
-            pass
+        drain(weights)
         return
     deliver(generator, weights, version)
 
@@ -90,8 +89,14 @@ def sync_weights(generator: Optional["Generator"], model: "torch.nn.Module", ver
     ZeRO-3 is collective, so every rank must take part."""
     tensors = named_tensors if named_tensors is not None else model.named_parameters()
     if generator is None:
-        for _ in tensors:
-            pass
+        drain(tensors)
         return verifier.check(model) if verifier is not None else None  # a ProbeFollower: its forwards
     generator.update_weights(tensors, version)
     return verifier.check(model) if verifier is not None else None
+
+
+def drain(named_tensors: Iterable[tuple[str, "torch.Tensor"]]) -> None:
+    """Iterate the weights without sending them: on a rank without a generator, whose ZeRO-3 gathers must
+    still take part (they are collective)."""
+    for _ in named_tensors:
+        pass
