@@ -64,6 +64,15 @@ def print_invalid(played, count: int) -> None:
               flush=True)
 
 
+def label_conflicts(pairs: list[tuple[list[int], list[int]]]) -> float:
+    """Share of demonstrations whose prompt also appears with another label: no policy of that prompt can be
+    right on all of them. A searching expert that remembers more than the prompt shows produces these."""
+    labels: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
+    for prompt, answer in pairs:
+        labels.setdefault(tuple(prompt), set()).add(tuple(answer))
+    return sum(len(labels[tuple(prompt)]) > 1 for prompt, _ in pairs) / max(1, len(pairs))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="recipes/sokoban_long.yaml")
@@ -102,6 +111,8 @@ def main() -> None:
             restricted = AdmissibleGreedyGenerator(model_path, dtype="fp32") if args.admissible else None
             prompt_fn = build_prompt_fn(config, generator.tokenizer)
             pairs = [(p, response_ids(generator.tokenizer, d.action)) for p, d in zip(prompt_fn([d.view for d in demos]), demos)]
+            print(f"{name}: {label_conflicts(pairs):.1%} of the {len(pairs)} demonstrations share their prompt with "
+                  f"another expert action ({len({tuple(p) for p, _ in pairs})} distinct prompts)", flush=True)
             started = time.perf_counter()
 
             def score(step: int, model) -> None:

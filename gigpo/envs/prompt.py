@@ -4,9 +4,12 @@ The prompt holds the task, the step counter, the last K (observation, action) pa
 observation, the admissible actions and the format instruction, rendered by a Python format string
 with these fields:
 
-    {task} {step} {max_steps} {history} {observation} {admissible_actions} {action_format}
+    {task} {step} {max_steps} {history} {past_actions} {observation} {admissible_actions} {action_format}
 
-`{history}` and `{admissible_actions}` are whole lines, or empty when there is nothing to show.
+`{history}`, `{past_actions}` and `{admissible_actions}` are whole lines, or empty when there is nothing to
+show. `{past_actions}` lists every action of the episode so far, oldest first, without their observations
+(`history_length` does not cut it): a few tokens a step give a policy the memory a searching expert keeps
+(which places it has already visited), where whole observations would fill the prompt.
 The template comes from the recipe (`env.prompt_template`) if set, else from the env's
 `prompt_template` attribute, else `DEFAULT_TEMPLATE`. Prompts are short on purpose: on CPU, and for
 small models, every token counts.
@@ -26,7 +29,7 @@ from gigpo.models.chat_template import PLAIN_TEXT, fix_hint, load_template
 
 PROMPT_CACHE_SIZE = 200_000
 """Distinct prompts kept tokenised; the cache starts over when full."""
-FIELDS = ("task", "step", "max_steps", "history", "observation", "admissible_actions", "action_format")
+FIELDS = ("task", "step", "max_steps", "history", "past_actions", "observation", "admissible_actions", "action_format")
 DEFAULT_TEMPLATE = (
     "{task}\n"
     "{history}"
@@ -58,9 +61,10 @@ def render_prompt(template: str, task: str, step: int, max_steps: int, observati
     if recent:
         shown = f"Last {len(recent)} step(s):\n" + "".join(
             f"Observation:\n{obs}\nAction: {action}\n" for obs, action in recent)
+    past = f"Actions so far: {'; '.join(action for _, action in history)}\n" if history else ""
     actions = f"Admissible actions: {', '.join(admissible_actions)}\n" if admissible_actions else ""
-    return template.format(task=task, step=step, max_steps=max_steps, history=shown, observation=observation,
-                           admissible_actions=actions, action_format=action_format)
+    return template.format(task=task, step=step, max_steps=max_steps, history=shown, past_actions=past,
+                           observation=observation, admissible_actions=actions, action_format=action_format)
 
 
 def accepts_system_role(tokenizer: Any, chat_template: Optional[str] = None) -> bool:

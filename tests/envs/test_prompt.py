@@ -59,6 +59,15 @@ def test_templates_recipe_over_env_over_default(tiny_model_dir, sokoban_views):
         PromptBuilder(tokenizer, 15, template="{obs}")
 
 
+
+def test_past_actions_lists_every_action_so_far_whatever_the_history_length(tiny_model_dir, sokoban_views):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    stepped, fresh, observations = sokoban_views
+    builder = PromptBuilder(tokenizer, 15, history_length=0, template="{past_actions}{observation}")
+    # all three steps, oldest first and as written (the refused "bad" too), though history_length is 0
+    assert builder.messages(stepped)[0]["content"] == f"Actions so far: up; bad; left\n{observations[3]}"
+    assert builder.messages(fresh)[0]["content"] == fresh.observation  # nothing done yet: no line at all
+
 # A Gemma-style template: no system role, it raises on one.
 NO_SYSTEM_TEMPLATE = (
     "{% for message in messages %}"
