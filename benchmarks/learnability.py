@@ -28,6 +28,7 @@ from gigpo.models.resolve import resolve_model_path
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.trainer.evaluation import evaluate
 from gigpo.trainer.setup import build_pool, build_prompt_fn
+from gigpo.trainer.sft_warm_start import check_answers_fit
 from gigpo.trainer.sft_warmup import response_ids, supervised_warmup
 
 
@@ -111,6 +112,7 @@ def main() -> None:
             restricted = AdmissibleGreedyGenerator(model_path, dtype="fp32") if args.admissible else None
             prompt_fn = build_prompt_fn(config, generator.tokenizer)
             pairs = [(p, response_ids(generator.tokenizer, d.action)) for p, d in zip(prompt_fn([d.view for d in demos]), demos)]
+            check_answers_fit(pairs, config.rollout.max_new_tokens)
             print(f"{name}: {label_conflicts(pairs):.1%} of the {len(pairs)} demonstrations share their prompt with "
                   f"another expert action ({len({tuple(p) for p, _ in pairs})} distinct prompts)", flush=True)
             started = time.perf_counter()

@@ -35,6 +35,7 @@ def sft_warm_start(config: Config, model_path: str, pool, prompt_fn, tokenizer, 
             raise RecipeError(str(exc)) from None
         prompts = prompt_fn([d.view for d in demos])
         pairs = [(p, response_ids(tokenizer, d.action)) for p, d in zip(prompts, demos)]
+        check_answers_fit(pairs, config.rollout.max_new_tokens)
         print(f"warm-up: {len(pairs)} expert-labelled states from {len(tasks)} tasks", flush=True)
         return supervised_warmup(model_path, out_dir, pairs, t.sft_steps, t.sft_lr, t.sft_batch_size, seed,
                                  config.logging.progress, dtype=config.model.dtype, action_share=t.sft_action_share,
@@ -42,6 +43,18 @@ def sft_warm_start(config: Config, model_path: str, pool, prompt_fn, tokenizer, 
 
     cached_warmup(cache_root, warmup_cache_key(sft_warmup_settings(config, model_path, seed)),
                   warm_dir, build)
+
+
+def check_answers_fit(pairs: list[tuple[list[int], list[int]]], max_new_tokens: int) -> None:
+    """RecipeError when an expert answer is longer than the rollout may write: the warm-up would teach answers
+    that generation always cuts (and the env refuses), so RL would start from a policy that cannot act."""
+    lengths = [len(answer) for _, answer in pairs]
+    too_long = sum(n > max_new_tokens for n in lengths)
+    if too_long:
+        raise RecipeError(f"{too_long} of the {len(pairs)} expert answers are longer than rollout.max_new_tokens="
+                          f"{max_new_tokens} (the longest is {max(lengths)} tokens with this tokenizer, end of turn "
+                          f"included): the policy could never finish them; set rollout.max_new_tokens: {max(lengths)} "
+                          "or more")
 
 
 def expert_fix(config: Config) -> str:
