@@ -1,4 +1,4 @@
-"""Greedy decoding restricted to the admissible actions: a diagnostic for envs that list them (ALFWorld).
+"""Greedy decoding restricted to the admissible actions: a diagnostic for envs that list them (ALFWorld, WebShop).
 
 Issue 38 found a warmed-up tiny model at 0% greedy success on ALFWorld with 75-94% of its answers refused:
 frequent demonstration moves that are not in the room's list. This asks what the same weights do when they
@@ -10,6 +10,7 @@ not learned yet. Evaluation only: nothing here trains, and `gigpo train` does no
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -19,6 +20,8 @@ from gigpo.rollout.types import Completion, SamplingSettings
 from gigpo.trainer.sft_warmup import response_ids
 
 Trie = dict[int, "Trie"]
+TEMPLATE = re.compile(r"<[^<>]+>")
+"""A placeholder in an admissible action ("search[<your query>]"): the answer is free text there."""
 
 
 def answer_trie(tokenizer, actions: Sequence[str]) -> Trie:
@@ -35,7 +38,9 @@ class AdmissibleGreedyGenerator(HFGenerator):
     """An HF generator whose greedy answers are always one of the prompt's admissible actions.
 
     The rollout gives a generator only token ids, so `remember` (wrapped around the prompt function) keeps each
-    prompt's admissible actions, found again by the prompt's ids. A prompt without a list decodes as usual.
+    prompt's admissible actions, found again by the prompt's ids. A prompt without a list decodes as usual, and
+    so does one whose list holds a template the model fills in (an action with a `<...>` placeholder, as
+    WebShop's search page lists `search[<your query>]`): held to the list, it could only write the template.
     """
 
     def __init__(self, *args, **kwargs) -> None:
@@ -46,7 +51,7 @@ class AdmissibleGreedyGenerator(HFGenerator):
         def wrapped(views):
             prompts = prompt_fn(views)
             for view, ids in zip(views, prompts):
-                if view.admissible_actions:
+                if view.admissible_actions and not any(TEMPLATE.search(a) for a in view.admissible_actions):
                     self._actions[tuple(ids)] = list(view.admissible_actions)
             return prompts
         return wrapped
