@@ -14,6 +14,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from gigpo.trainer.loop import launch_or_train
     from gigpo.trainer.nonfinite import NonFiniteError
 
+    from gigpo.infra.run_lock import RunDirInUse, run_dir_lock
     from gigpo.infra.stopping import StopRequested, stop_on_signals
     from gigpo.plan import PlanError, check_fits
     from gigpo.rollout.weight_sync.verify import SyncMismatchError
@@ -27,7 +28,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"gigpo: {exc}", file=sys.stderr)
         return 2
     try:
-        return launch_or_train(config, resume=args.resume)
+        if "WORLD_SIZE" in os.environ:  # a rank (ours or torchrun's): the process the user started holds the lock
+            return launch_or_train(config, resume=args.resume)
+        with run_dir_lock(Path(config.trainer.run_dir)):
+            return launch_or_train(config, resume=args.resume)
+    except RunDirInUse as exc:
+        print(f"gigpo: {exc}", file=sys.stderr)
+        return 2
     except TokenBudgetError as exc:
         print(f"gigpo: {exc}", file=sys.stderr)
         return 2
@@ -63,6 +70,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from gigpo.config import load_config
     from gigpo.experiments.compare import run_all, write_report
+    from gigpo.infra.run_lock import RunDirInUse, run_dir_lock
     from gigpo.infra.stopping import StopRequested, stop_on_signals
 
     from gigpo.experiments.compare import parse_variant
