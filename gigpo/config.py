@@ -542,8 +542,10 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
-    if parts[0] == "model" and len(parts) == 2 and parts[1] in ("path", "init") and isinstance(data.get("model"), dict):
-        # a model source given on the command line replaces the recipe's, whichever kind it was
+    if (parts[0] == "model" and len(parts) == 2 and parts[1] in ("path", "init") and value is not None
+            and isinstance(data.get("model"), dict)):
+        # a model source given on the command line replaces the recipe's, whichever kind it was (clearing one
+        # with `model.init=null` leaves the other alone)
         data["model"].pop("init" if parts[1] == "path" else "path", None)
     node = data
     for part in parts[:-1]:

@@ -119,6 +119,9 @@ def test_command_line_model_source_replaces_the_recipes() -> None:
     assert config.model.init == "tiny" and config.model.path is None
     config = load_config(REPO / "recipes" / "sokoban_tiny.yaml", ["model.path=/some/dir"])
     assert config.model.path == "/some/dir" and config.model.init is None
+    # clearing the recipe's source after naming another must not clear the one just named
+    config = load_config(REPO / "recipes" / "sokoban_tiny.yaml", ["model.path=/some/dir", "model.init=null"])
+    assert config.model.path == "/some/dir" and config.model.init is None
 
 
 def test_unknown_estimator_lists_the_valid_ones() -> None:
