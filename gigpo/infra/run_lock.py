@@ -24,6 +24,7 @@ class RunDirInUse(RuntimeError):
 @contextmanager
 def run_dir_lock(run_dir: Path) -> Iterator[None]:
     """Hold run_dir's lock for the block; RunDirInUse (naming the holder's pid) if another process holds it."""
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_NAME
     with open(path, "a+") as fh:
@@ -41,4 +42,7 @@ def run_dir_lock(run_dir: Path) -> Iterator[None]:
         try:
             yield
         finally:
+            if created and [p.name for p in run_dir.iterdir()] == [LOCK_NAME]:
+                path.unlink()  # a run that failed before writing anything leaves no directory behind
+                run_dir.rmdir()
             fcntl.flock(fh, fcntl.LOCK_UN)

@@ -21,7 +21,10 @@ def clean_env() -> dict[str, str]:
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["env.num_groups=2", "env.group_size=2", "env.max_steps=3", "env.eval_episodes=2",
          "env.workers=1", "trainer.sft_steps=0", "trainer.micro_token_budget=2048", "trainer.mini_batch_size=64",
-         "logging.wandb_mode=disabled", "logging.progress=false", "rollout.max_new_tokens=8"]
+         "logging.wandb_mode=disabled", "logging.progress=false", "rollout.max_new_tokens=8", "trainer.warmup_steps=2"]
+#: trainer.warmup_steps=2 rather than the default 20: these runs take about one optimizer step an iteration, so
+#: under 20 their weights would hardly move in the few iterations a test runs (resume checks need them to move).
+#: Still a warm-up, so a resume from checkpoint 1 lands mid-warm-up and only a restored lr schedule repeats step 2.
 #: A supervised warm-up short enough for tests (~5 s, cached across runs with the same settings) that leaves a
 #: policy which writes valid moves most of the time and differs between episodes, so returns differ within
 #: groups, advantages are non-zero and the update moves the weights (an untrained model never acts).
