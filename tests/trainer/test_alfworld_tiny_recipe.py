@@ -23,8 +23,11 @@ def test_the_recipe_resolves_to_a_local_model_and_valid_seen() -> None:
     assert config["trainer"]["sft_steps"] > 0 and config["algorithm"]["estimator"] == "gigpo"
 
 
-def test_one_shortened_iteration_on_the_sample_tasks(tmp_path: Path) -> None:
+def test_one_shortened_iteration_on_the_sample_tasks(tmp_path: Path, monkeypatch) -> None:
     run = tmp_path / "alfworld-tiny"
+    # an empty cache: a warm-up cached by an earlier run on this machine would be reused, and no demonstrations
+    # collected, which this test checks for
+    monkeypatch.setenv("GIGPO_CACHE", str(tmp_path / "cache"))
     result = gigpo("train", RECIPE,
                    # the sample tasks (train and valid_unseen only) and test sizes; the model, tokenizer, prompt and
                    # warm-up loss stay the recipe's. sft_micro_tokens=512 makes the warm-up run its micro-batches.
