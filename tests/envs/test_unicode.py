@@ -2,6 +2,7 @@
 and a real training run's records as `gigpo view` exports them."""
 from __future__ import annotations
 
+from support.run import clean_env
 import base64
 import gzip
 import json
@@ -85,7 +86,7 @@ def test_non_ascii_episodes_through_the_pool_and_the_prompt(tiny_model_dir) -> N
 
 def test_a_training_run_records_non_ascii_text_and_gigpo_view_exports_it(tmp_path: Path) -> None:
     tests = Path(__file__).resolve().parents[1]  # envs.unicode_env is importable from here
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
+    env = {**clean_env(), "PYTHONPATH": os.pathsep.join([str(tests), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
     recipe = tmp_path / "cafe.yaml"
     recipe.write_text(f"""model: {{init: tiny, dtype: fp32}}
 rollout: {{backend: hf, max_prompt_tokens: 384, max_new_tokens: 8}}

@@ -5,6 +5,7 @@ the rollout records, `gigpo view` and `gigpo compare`'s report all find it from 
 """
 from __future__ import annotations
 
+from support.run import clean_env
 import gzip
 import json
 import os
@@ -39,7 +40,7 @@ def user_env(tmp_path: Path) -> dict[str, str]:
     shutil.copy(EXAMPLE, folder / EXAMPLE.name)
     # only the user's folder is added: gigpo itself comes from however this test process found it
     paths = [str(folder), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    return {**clean_env(), "PYTHONPATH": os.pathsep.join(paths)}  # no rank variables an in-process engine test left
 
 
 def gigpo(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
