@@ -70,7 +70,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from gigpo.config import load_config
     from gigpo.experiments.compare import run_all, write_report
-    from gigpo.infra.run_lock import RunDirInUse, run_dir_lock
     from gigpo.infra.stopping import StopRequested, stop_on_signals
 
     from gigpo.experiments.compare import parse_variant

@@ -2,7 +2,6 @@
 and a real training run's records as `gigpo view` exports them."""
 from __future__ import annotations
 
-from support.run import clean_env
 import base64
 import gzip
 import json
@@ -20,6 +19,7 @@ from envs.unicode_env import DRINKS
 from gigpo.cli import main
 from gigpo.envs import EnvPool, text_space
 from gigpo.envs.prompt import PromptBuilder
+from support.run import clean_env
 
 CAFE = "envs.unicode_env:unicode/Cafe-v0"
 

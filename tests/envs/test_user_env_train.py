@@ -5,7 +5,6 @@ the rollout records, `gigpo view` and `gigpo compare`'s report all find it from 
 """
 from __future__ import annotations
 
-from support.run import clean_env
 import gzip
 import json
 import os
@@ -15,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.run import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "guess_number.py"
