@@ -31,6 +31,12 @@ def build_engine(model_path: str, engine: EngineSettings) -> Any:
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(engine.kv_cache_gb)))  # read by the spawned engine
     from vllm import LLM
 
+    if not _on_cpu():
+        # A forked engine core cannot use CUDA once this process has touched it. vLLM switches to spawn only when
+        # torch reports CUDA initialised, and on the H200 a DeepSpeed engine built first left fork poisoned without
+        # that ("Cannot re-initialize CUDA in forked subprocess", docs/gpu.md). A user's own setting is kept.
+        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+
     kwargs: dict[str, Any] = dict(
         model=str(model_path), dtype=canonical_dtype(engine.dtype), seed=engine.seed,
         enable_prefix_caching=engine.enable_prefix_caching, max_num_seqs=engine.max_num_seqs,

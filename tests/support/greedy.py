@@ -6,15 +6,18 @@ docs/generation.md). Where the reference's two best tokens are closer than that,
 another CPU (AVX2, AVX-512 and AMX paths round differently) without anything being wrong. So two greedy
 answers must be equal, or first differ at a token where the reference scores both choices within twice
 that bound of each other (each backend may be off by the bound, in opposite directions); a broken sync
-or wrong weights make them differ where the margin is large, and fail.
+or wrong weights make them differ where the margin is large, and fail. On a GPU the bound is the TF32-level
+one (`verify.default_tolerance`): vLLM's fp32 attention runs in TF32 there.
 """
 from __future__ import annotations
 
 import torch
 
-from gigpo.rollout.weight_sync.verify import DEFAULT_TOLERANCE
+from gigpo.rollout.weight_sync.verify import default_tolerance
 
-NEAR_TIE = 2 * DEFAULT_TOLERANCE[torch.float32][0]
+FP32_TOLERANCE = default_tolerance("fp32")
+"""(largest, mean) fp32 log-prob gap between two correct backends on this machine (CPU or GPU)."""
+NEAR_TIE = 2 * FP32_TOLERANCE[0]
 
 
 @torch.no_grad()
