@@ -15,11 +15,13 @@ RECIPE = "recipes/webshop_smollm2.yaml"
 def test_one_shortened_iteration(smollm2_dir, tmp_path: Path) -> None:
     run = tmp_path / "webshop-smollm2"
     dtype = "bf16" if cpu_has_fast_bf16() else "fp32"  # as tests/llm/test_train.py: bf16 is emulated on AVX2 CPUs
-    proc = gigpo("train", RECIPE, f"model.dtype={dtype}", "rollout.enforce_eager=true",
+    # the fetched model by its path, and an empty cache otherwise: a warm-up cached by an earlier run of this test
+    # on this machine would be reused, and no warm-up step would run
+    proc = gigpo("train", RECIPE, f"model.path={smollm2_dir}", f"model.dtype={dtype}", "rollout.enforce_eager=true",
                  "env.kwargs.num_products=100", "env.num_groups=1", "env.group_size=2", "env.max_steps=3",
                  "env.eval_episodes=2", "trainer.sft_steps=2", "trainer.sft_rooms=4", "trainer.sft_batch_size=4",
                  "trainer.iterations=1", "logging.wandb_mode=disabled", "logging.progress=false",
-                 f"trainer.run_dir={run}")
+                 f"trainer.run_dir={run}", env={"GIGPO_CACHE": str(tmp_path / "cache")})
     assert "warm-up: step 2/2" in proc.stdout + proc.stderr  # the expert's answers fit the recipe's 64 tokens
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in records] == [0, 1]
