@@ -31,8 +31,8 @@ PROBE_PROMPT_TOKENS = 384
 PROBE_NEW_TOKENS = 16
 DEFAULT_TOLERANCE = {torch.float32: (2e-3, 2e-3), torch.bfloat16: (0.5, 0.1)}
 """(largest, mean) log-prob gap accepted over the probe's tokens, by model dtype, on CPUs."""
-GPU_FP32_TOLERANCE = (0.5 / 8, 0.1 / 8)
-"""fp32 on CUDA, where vLLM's attention runs in TF32: bf16's bounds times 2^-10 / 2^-7."""
+GPU_FP32_TOLERANCE = tuple(bound * 2**-10 / 2**-7 for bound in DEFAULT_TOLERANCE[torch.bfloat16])
+"""fp32 on CUDA, where vLLM's attention runs in TF32: bf16's bounds times TF32's epsilon over bf16's."""
 
 
 class SyncMismatchError(RuntimeError):
