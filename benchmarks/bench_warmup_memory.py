@@ -31,20 +31,13 @@ from pathlib import Path
 WAYS = ("kept", "trim", "mmap")
 
 
-def status_kib(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}: this benchmark needs Linux")
-
-
 def run_one(recipe: str, steps: int, rooms: int, way: str, overrides: list[str]) -> dict:
     """One way's warm-up in this process; returns its figures."""
     from gigpo.config import load_config
     from gigpo.envs.demos import collect_demonstrations
     from gigpo.infra.seeds import demo_seeds, sft_warmup_seed
     from gigpo.models.resolve import resolve_model_path
+    from gigpo.trainer.memory import peak_rss_gib, rss_gib
     from gigpo.trainer.setup import build_pool, build_prompt_fn
     from gigpo.trainer.sft_warmup import response_ids, supervised_warmup
     from transformers import AutoTokenizer
@@ -58,7 +51,9 @@ def run_one(recipe: str, steps: int, rooms: int, way: str, overrides: list[str])
         demos = collect_demonstrations(pool, demo_seeds(e, seed, rooms), explore=1.0 - t.sft_expert_share, seed=seed)
     prompt_fn = build_prompt_fn(config, tokenizer)
     pairs = [(p, response_ids(tokenizer, d.action)) for p, d in zip(prompt_fn([d.view for d in demos]), demos)]
-    before_kib = status_kib("VmRSS")
+    before_gib = rss_gib()  # this process alone: the demonstrations' env pool is closed
+    if before_gib is None:
+        raise SystemExit("this benchmark reads RSS from /proc: it needs Linux")
     times: list[float] = []
     fingerprint: list[float] = []
     last = [time.perf_counter()]
@@ -75,8 +70,8 @@ def run_one(recipe: str, steps: int, rooms: int, way: str, overrides: list[str])
         supervised_warmup(model_path, Path(tmp), pairs, steps, t.sft_lr, t.sft_batch_size, seed, progress=False,
                           dtype=m.dtype, after_step=after_step, action_share=t.sft_action_share,
                           micro_tokens=t.sft_micro_tokens, release_memory=way == "trim")
-    return {"way": way, "demonstrations": len(pairs), "rss_before_gib": before_kib / 2**20,
-            "peak_gib": status_kib("VmHWM") / 2**20, "rss_end_gib": status_kib("VmRSS") / 2**20,
+    return {"way": way, "demonstrations": len(pairs), "rss_before_gib": before_gib,
+            "peak_gib": peak_rss_gib(), "rss_end_gib": rss_gib(),
             "step_s": statistics.median(times[1:] or times), "fingerprint": fingerprint[0]}
 
 
