@@ -1,6 +1,7 @@
 """Find ALFWorld task folders: official `json_2.1.1/<split>` data, generated tasks, or `$ALFWORLD_DATA`."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from functools import lru_cache
@@ -53,11 +54,29 @@ def _scan(split_dir: Path, task_types: tuple[str, ...]) -> tuple[TaskFiles, ...]
         if not json.loads((folder / GAME_FILE).read_text()).get("solvable", False):
             continue
         tasks.append(task)
-    return tuple(tasks)
+    return tuple(interleave_types(tasks, split_dir))
+
+
+def interleave_types(tasks: Sequence[TaskFiles], split_dir: Path) -> list[TaskFiles]:
+    """The tasks in seed order: one of each type in turn, each type's tasks in a fixed hashed order.
+
+    Task folders sort by type (`pick_and_place_simple-...`), so taking them in path order put runs of
+    consecutive seeds on one or two types: demonstrations, evaluations of the first N tasks and whole
+    stretches of RL iterations then saw a few types only. The hash is of the path inside the split, so
+    the order is the same on every machine and under every checkout location.
+    """
+    def hashed(task: TaskFiles) -> str:
+        return hashlib.sha256(task.path.relative_to(split_dir).as_posix().encode()).hexdigest()
+
+    queues = [sorted((t for t in tasks if t.task_type == kind), key=hashed) for kind in TASK_TYPES]
+    queues = [q for q in queues if q]
+    longest = max((len(q) for q in queues), default=0)
+    return [q[i] for i in range(longest) for q in queues if i < len(q)]
 
 
 def find_tasks(data_path: Optional[str], split: str = "train", task_types: Optional[Sequence[str]] = None) -> list[TaskFiles]:
-    """All solvable tasks of the split (sorted by path, so a seed picks the same task everywhere)."""
+    """All solvable tasks of the split, in seed order (`interleave_types`: the same task for a seed everywhere,
+    and every run of consecutive seeds spread over the task types)."""
     types = tuple(task_types) if task_types else TASK_TYPES
     unknown = [t for t in types if t not in TASK_TYPES]
     if unknown:
