@@ -67,13 +67,30 @@ def evaluate_checkpoint(config: Config, checkpoint: str, episodes: Optional[int]
     pool = build_pool(config, evaluation=True)
     generator = build_generator(config, checkpoint)
     try:
-        metrics = evaluate(config, pool, generator, build_prompt_fn(config, tokenizer), episodes)
+        result = play_evaluation(config, pool, generator, build_prompt_fn(config, tokenizer), episodes)
     finally:
         generator.close()
         pool.close()
-    n = int(metrics.get("eval/episodes", 0))
-    print(f"evaluation of {checkpoint} on {n} held-out episodes of {config.env.id}:")
+    metrics = result.metrics("eval/")
+    counts = episode_counts(result, "eval/")
+    print(f"evaluation of {checkpoint} on {counts['eval/success']} held-out episodes of {config.env.id}:")
     for key, value in sorted(metrics.items()):
-        if "success" in key:
-            print(f"  {key}: {value:.1%}  (standard error {math.sqrt(max(value * (1 - value), 1e-12) / max(n, 1)):.1%})")
+        if key in counts:
+            n = counts[key]
+            print(f"  {key}: {value:.1%} of {n}  (standard error {binomial_standard_error(value, n):.1%})")
     return metrics
+
+
+def episode_counts(result: "Rollout", prefix: str) -> dict[str, int]:
+    """How many episodes each success rate of `result.metrics(prefix)` averages: all, or one task type's."""
+    counts = {f"{prefix}success": len(result.episodes)}
+    for episode in result.episodes:
+        if episode.task_type:
+            key = f"{prefix}success/{episode.task_type}"
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def binomial_standard_error(rate: float, n: int) -> float:
+    """The standard error of a success rate over n episodes (0 at 0% and 100%, as the binomial's is)."""
+    return math.sqrt(rate * (1 - rate) / n) if n > 0 else float("nan")
