@@ -7,8 +7,10 @@ Why: a SmolLM2-135M warm-up on ALFWorld's prompts held 10.5 GB, and `malloc_trim
 took it to 5.1 GB at once (2026-11-28): most of it was freed memory that glibc kept in its heap, not live
 tensors. Each way runs the recipe's own warm-up (its demonstrations, batches, micro-batches, dtype and seed)
 for `--steps` steps in a fresh process, so the peaks (VmHWM) are each way's own:
-- kept: glibc keeps what is freed (`supervised_warmup(release_memory=False)`, the warm-up before 2026-11-28);
-- trim: `release_freed_memory()` (gc + malloc_trim) after every optimizer step (the default now);
+- kept: glibc keeps what is freed (`supervised_warmup(trim_every_s=None)`, the warm-up before 2026-11-28);
+- trim: `release_freed_memory()` (gc + malloc_trim) after every optimizer step (`trim_every_s=0`, 2026-11-28 to 12-01);
+- timed: the same, but at most every `TRIM_EVERY_S` seconds (the default now): every step of a slow model,
+  every few steps of a fast one;
 - mmap: kept, but with `MALLOC_MMAP_THRESHOLD_` fixed at `--mmap-threshold` bytes, so every larger tensor is its
   own mapping, returned to the kernel when freed (at the price of zeroing fresh pages on each allocation).
 Each prints its peak, its RSS after the last step and the median seconds a step (the first excluded); the
@@ -28,7 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
-WAYS = ("kept", "trim", "mmap")
+from gigpo.trainer.sft_warmup import TRIM_EVERY_S
+
+WAYS = ("kept", "trim", "timed", "mmap")
+TRIM_BY_WAY = {"kept": None, "trim": 0.0, "timed": TRIM_EVERY_S, "mmap": None}
 
 
 def run_one(recipe: str, steps: int, rooms: int, way: str, overrides: list[str]) -> dict:
@@ -69,7 +74,7 @@ def run_one(recipe: str, steps: int, rooms: int, way: str, overrides: list[str])
         last[0] = time.perf_counter()
         supervised_warmup(model_path, Path(tmp), pairs, steps, t.sft_lr, t.sft_batch_size, seed, progress=False,
                           dtype=m.dtype, after_step=after_step, action_share=t.sft_action_share,
-                          micro_tokens=t.sft_micro_tokens, release_memory=way == "trim")
+                          micro_tokens=t.sft_micro_tokens, trim_every_s=TRIM_BY_WAY[way])
     return {"way": way, "demonstrations": len(pairs), "rss_before_gib": before_gib,
             "peak_gib": peak_rss_gib(), "rss_end_gib": rss_gib(),
             "step_s": statistics.median(times[1:] or times), "fingerprint": fingerprint[0]}

@@ -35,13 +35,15 @@ def response_ids(tokenizer, action: str) -> list[int]:
 
 
 _LOGGING = LoggingConfig()
+#: The warm-up's freed memory goes back to the kernel at most this often (seconds): see supervised_warmup.
+TRIM_EVERY_S = 5.0
 
 
 def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int], list[int]]], steps: int,
                       lr: float, batch_size: int, seed: int, progress: bool = _LOGGING.progress, dtype: str = "fp32",
                       after_step: Optional[Callable[[int, Any], None]] = None,
                       action_share: Optional[float] = None, micro_tokens: Optional[int] = None,
-                      release_memory: bool = True) -> Path:
+                      trim_every_s: Optional[float] = TRIM_EVERY_S) -> Path:
     """Train on `pairs` (cross-entropy on response tokens) for `steps` AdamW steps; save to out_dir/hf.
 
     `action_share` (trainer.sft_action_share): the share of each answer's loss on the tokens inside its
@@ -53,9 +55,12 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
     `after_step(step, model)` runs after each step (1-based), e.g. to evaluate a learning curve; the
     model is back in training mode when it returns.
 
-    `release_memory`: hand the step's freed memory back to the kernel after each step (`malloc_trim`).
-    Without it glibc keeps the freed activations in its heap, and micro-batches of other shapes add to it:
-    SmolLM2-135M's warm-up on ALFWorld prompts held 10.5 GB, 5.1 GB of it live (benchmarks/bench_warmup_memory.py).
+    `trim_every_s`: hand freed memory back to the kernel (`malloc_trim`) after a step once this many seconds
+    have passed since the last trim; 0 trims after every step, None never. Without it glibc keeps the freed
+    activations in its heap, and micro-batches of other shapes add to it: SmolLM2-135M's warm-up on ALFWorld
+    prompts held 10.5 GB, 5.1 GB of it live. A trim costs a fraction of a second, which is nothing beside a
+    20-s SmolLM2 step (trimmed every step by this rule) but 1.29x a 0.4-s tiny-model step if done every time
+    (benchmarks/bench_warmup_memory.py).
 
     Weights and optimizer stay fp32; with `dtype="bf16"` (the recipe's model.dtype) the forward and
     backward run under bf16 autocast, 2.5x less CPU time per step for SmolLM2-135M (5.4 s against 13.7
@@ -79,6 +84,7 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
     # without a bar (logging.progress=false: logs of `gigpo compare` runs) a line every tenth of the way,
     # so minutes of warm-up are not silent
     report_every, start = max(1, steps // 10), time.monotonic()
+    last_trim = start
     for step in bar.iterate(range(steps)):
         batch = [pairs[rng.randrange(len(pairs))] for _ in range(batch_size)]
         optimizer.zero_grad()
@@ -88,8 +94,9 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
             raise RuntimeError(f"supervised warm-up loss became {loss.item()}; lower trainer.sft_lr={lr}")
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        if release_memory:
+        if trim_every_s is not None and time.monotonic() - last_trim >= trim_every_s:
             release_freed_memory()
+            last_trim = time.monotonic()
         bar.set_postfix(loss=f"{loss.item():.3f}")
         if after_step is not None:
             after_step(step + 1, model)

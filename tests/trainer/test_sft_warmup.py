@@ -160,12 +160,12 @@ def test_micro_batched_step_has_the_one_forward_gradient(tiny_model_dir, action_
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from Linux /proc")
-@pytest.mark.parametrize("release", [True, False])
-def test_each_warmup_step_hands_freed_heap_memory_back(tiny_model_dir, tmp_path, release):
+@pytest.mark.parametrize("trim_every_s, release", [(0.0, True), (None, False), (3600.0, False)])
+def test_a_due_trim_hands_freed_heap_memory_back(tiny_model_dir, tmp_path, trim_every_s, release):
     # Freed activations stay in glibc's heap unless trimmed, and a real model's warm-up then grows to twice its
     # live size (SmolLM2 on ALFWorld: 10.5 GB, 5.1 GB live). Here the first step's callback frees ~0.3 GiB of
-    # heap-sized blocks (64 KiB: under glibc's mmap threshold); the second step must give them back.
-    # The control (release=False) shows that it is the trim that gives them back.
+    # heap-sized blocks (64 KiB: under glibc's mmap threshold); a trim due after the second step must give them
+    # back. The controls (never, and not yet due after an hour's interval) show that it is the trim that does.
     from gigpo.trainer.memory import rss_gib
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -184,7 +184,7 @@ def test_each_warmup_step_hands_freed_heap_memory_back(tiny_model_dir, tmp_path,
             rss["next step"] = rss_gib()
 
     supervised_warmup(str(tiny_model_dir), tmp_path, pairs, steps=2, lr=1e-3, batch_size=2, seed=0, progress=False,
-                      after_step=after_step, release_memory=release)
+                      after_step=after_step, trim_every_s=trim_every_s)
     returned = rss["freed"] - rss["next step"]
     if release:
         assert returned > 0.2, rss
