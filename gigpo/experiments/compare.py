@@ -136,6 +136,8 @@ def run_all(recipe: str, out: Path, algos: Sequence[str], seeds: Sequence[int], 
     def hold() -> bool:  # a shared warm-up is being built by the one run started so far
         return warmup_seed is not None and warm_up and bool(running) and not _warmup_ready(out, algos, seeds)
 
+    starts = StartCheck(out, algos, seeds, shared=warmup_seed is not None)
+
     try:  # start runs as slots free up and wait for them
         while pending or running:
             while pending and len(running) < parallel and not hold():
@@ -148,6 +150,8 @@ def run_all(recipe: str, out: Path, algos: Sequence[str], seeds: Sequence[int], 
                 running.append((algo, seed, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env),
                                 log))
             time.sleep(1.0)
+            for algo, seed, _, _ in running:
+                starts.check(algo, seed)
             for item in list(running):
                 algo, seed, proc, log = item
                 if proc.poll() is None:
@@ -161,6 +165,47 @@ def run_all(recipe: str, out: Path, algos: Sequence[str], seeds: Sequence[int], 
     except BaseException:  # SIGTERM (gigpo.infra.stopping), Ctrl-C, or a failed run: no run may outlive compare
         _stop_runs(running)
         raise
+
+
+class UnpairedStart(RuntimeError):
+    """A run of a comparison starts from other warm-up weights than the runs it is paired with."""
+
+
+class StartCheck:
+    """Stops a comparison whose runs would not share their start: a run's warm-up weights (by digest) must equal
+    those of the runs it is paired with, all runs under --shared-warmup, else the runs of its seed.
+
+    A warm-up rebuilt in another session can differ in its floats (other CPU kernels, another torch, changed
+    code), and so in its start: a WebShop warm-up rebuilt on another machine started at 28.2% where its
+    partners' had started at 23.1%. Paired differences then mix the two starts into the algorithms' effect, so
+    the comparison stops as soon as the new run's warm-up is in place, not after an hour of RL."""
+
+    def __init__(self, out: Path, algos: Sequence[str], seeds: Sequence[int], shared: bool) -> None:
+        self.out, self.algos, self.seeds, self.shared = out, list(algos), list(seeds), shared
+        self.known: dict[tuple[str, int], str] = {}
+        for algo in self.algos:
+            for seed in self.seeds:
+                digest = warmup_digest(run_dir_for(out, algo, seed))
+                if digest is not None:
+                    self.known[(algo, seed)] = digest
+
+    def check(self, algo: str, seed: int) -> None:
+        """UnpairedStart when (algo, seed)'s warm-up, once in place, differs from a partner's; a no-op before."""
+        if (algo, seed) in self.known or not (run_dir_for(self.out, algo, seed) / "warmup" / "hf").is_dir():
+            return
+        digest = warmup_digest(run_dir_for(self.out, algo, seed))
+        if digest is None:
+            return
+        partners = {run: d for run, d in self.known.items() if self.shared or run[1] == seed}
+        differ = {run: d for run, d in partners.items() if d != digest}
+        if differ:
+            names = ", ".join(f"{a} seed {s} ({d})" for (a, s), d in sorted(differ.items()))
+            raise UnpairedStart(
+                f"{algo} seed {seed} starts from warm-up weights {digest}, but {names} started from other weights, so "
+                f"their pairs would not share a start (a warm-up rebuilt in another session or on another machine can "
+                f"differ in its floats). Continue in a new --out, or move those runs out of {self.out} so that they "
+                "are run again from this warm-up")
+        self.known[(algo, seed)] = digest
 
 
 def _stop_runs(running: list) -> None:

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-from support.run import SMALL, gigpo
+from support.run import REPO, SMALL, clean_env, gigpo
 
 
 def test_compare_writes_report_and_curves_and_resumes(tmp_path: Path, tiny_model_dir: Path) -> None:
@@ -46,3 +48,29 @@ def test_eval_scores_a_checkpoint_on_held_out_seeds(tmp_path: Path) -> None:
     proc = gigpo("eval", "recipes/sokoban_tiny.yaml", *SMALL, "--checkpoint", str(run / "checkpoints" / "1" / "hf"),
                  "--episodes", "3")
     assert "on 3 held-out episodes" in proc.stdout and "eval/success" in proc.stdout
+
+
+def test_compare_stops_when_a_run_would_not_share_its_partners_start(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A finished run recorded from another session's warm-up (a record in docs/results keeps the digest of its
+    warm-up weights, not the weights): its partner, run here, builds a warm-up whose floats differ. Compare stops
+    once that warm-up is in place, naming both, instead of pairing two starts for an hour of RL."""
+    out = tmp_path / "cmp"
+    cache = tmp_path / "cache"
+    shutil.copytree(tiny_model_dir, cache / "models" / tiny_model_dir.name)
+    recorded = out / "grpo-s0"
+    (recorded / "warmup").mkdir(parents=True)
+    (recorded / "warmup" / "weights.digest").write_text("0123456789abcdef\n")
+    (recorded / "done.json").write_text("{}")
+    cmd = [sys.executable, "-m", "gigpo.cli", "compare", "recipes/sokoban_tiny.yaml", *SMALL, "trainer.iterations=30",
+           "trainer.sft_steps=2", "trainer.sft_rooms=3", "trainer.sft_batch_size=4",
+           "--algos", "gigpo,grpo", "--seeds", "1", "--shared-warmup", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**clean_env(), "GIGPO_CACHE": str(cache)})
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "gigpo: compare stopped: gigpo seed 0 starts from warm-up weights" in proc.stderr, proc.stderr[-2000:]
+    assert "grpo seed 0 (0123456789abcdef) started from other weights" in proc.stderr
+    ran = out / "gigpo-s0"
+    assert (ran / "warmup" / "hf").is_dir() and not (ran / "done.json").exists()  # stopped, not run to its end
+    records = [json.loads(line) for line in (ran / "metrics.jsonl").read_text().splitlines()] \
+        if (ran / "metrics.jsonl").is_file() else []
+    assert all(r["iteration"] < 30 for r in records)
