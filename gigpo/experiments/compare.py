@@ -136,7 +136,7 @@ def run_all(recipe: str, out: Path, algos: Sequence[str], seeds: Sequence[int], 
     def hold() -> bool:  # a shared warm-up is being built by the one run started so far
         return warmup_seed is not None and warm_up and bool(running) and not _warmup_ready(out, algos, seeds)
 
-    starts = StartCheck(out, algos, seeds, shared=warmup_seed is not None)
+    starts = StartCheck(out, algos, seeds)
 
     try:  # start runs as slots free up and wait for them
         while pending or running:
@@ -172,16 +172,17 @@ class UnpairedStart(RuntimeError):
 
 
 class StartCheck:
-    """Stops a comparison whose runs would not share their start: a run's warm-up weights (by digest) must equal
-    those of the runs it is paired with, all runs under --shared-warmup, else the runs of its seed.
+    """Stops a comparison whose pairs would not share their start: a run's warm-up weights (by digest) must equal
+    those of the other algorithms' runs of its seed, the runs it is paired with.
 
     A warm-up rebuilt in another session can differ in its floats (other CPU kernels, another torch, changed
     code), and so in its start: a WebShop warm-up rebuilt on another machine started at 28.2% where its
     partners' had started at 23.1%. Paired differences then mix the two starts into the algorithms' effect, so
-    the comparison stops as soon as the new run's warm-up is in place, not after an hour of RL."""
+    the comparison stops as soon as the new run's warm-up is in place, not after an hour of RL. Seeds may differ in
+    their warm-up (without --shared-warmup they do); the report's design section says how many there are."""
 
-    def __init__(self, out: Path, algos: Sequence[str], seeds: Sequence[int], shared: bool) -> None:
-        self.out, self.algos, self.seeds, self.shared = out, list(algos), list(seeds), shared
+    def __init__(self, out: Path, algos: Sequence[str], seeds: Sequence[int]) -> None:
+        self.out, self.algos, self.seeds = out, list(algos), list(seeds)
         self.known: dict[tuple[str, int], str] = {}
         for algo in self.algos:
             for seed in self.seeds:
@@ -196,8 +197,7 @@ class StartCheck:
         digest = warmup_digest(run_dir_for(self.out, algo, seed))
         if digest is None:
             return
-        partners = {run: d for run, d in self.known.items() if self.shared or run[1] == seed}
-        differ = {run: d for run, d in partners.items() if d != digest}
+        differ = {run: d for run, d in self.known.items() if run[1] == seed and d != digest}
         if differ:
             names = ", ".join(f"{a} seed {s} ({d})" for (a, s), d in sorted(differ.items()))
             raise UnpairedStart(
