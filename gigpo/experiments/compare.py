@@ -159,12 +159,22 @@ def run_all(recipe: str, out: Path, algos: Sequence[str], seeds: Sequence[int], 
                 running.remove(item)
                 log.close()
                 if proc.returncode != 0:
-                    raise RuntimeError(f"run {algo} seed {seed} failed with exit code {proc.returncode}; "
-                                       f"see {run_dir_for(out, algo, seed) / 'train.log'}; rerun compare to resume")
+                    raise RunFailed(algo, seed, proc.returncode, run_dir_for(out, algo, seed) / "train.log")
                 print(f"compare: done {algo} seed {seed}", flush=True)
     except BaseException:  # SIGTERM (gigpo.infra.stopping), Ctrl-C, or a failed run: no run may outlive compare
         _stop_runs(running)
         raise
+
+
+class RunFailed(RuntimeError):
+    """A run of a comparison exited non-zero; the message quotes its log's last line, which names the cause."""
+
+    def __init__(self, algo: str, seed: int, code: int, log: Path) -> None:
+        self.log = log
+        lines = [l.strip() for l in log.read_text(errors="replace").splitlines() if l.strip()] if log.is_file() else []
+        cause = f": {lines[-1][-400:]}" if lines else ""
+        super().__init__(f"run {algo} seed {seed} failed with exit code {code}{cause}\n  its log: {log}; "
+                         "finished runs are kept: fix the cause and rerun the same command to resume")
 
 
 class UnpairedStart(RuntimeError):

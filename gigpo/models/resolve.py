@@ -1,6 +1,7 @@
 """`model.path` / `model.init` -> the directory or hub id every loader gets."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 
@@ -17,3 +18,20 @@ def resolve_model_path(path: Optional[str], init: Optional[str], corpus: Optiona
 
         return str(cached_local_model(init, corpus, seed))
     raise ValueError("no model: set model.path or model.init")
+
+
+def check_model_path(path: Optional[str]) -> None:
+    """RecipeError, before any process starts, when `model.path` names a directory that is not there.
+
+    A Hugging Face hub id ("Qwen/Qwen2.5-7B-Instruct") or a pinned name passes; a value that can only be a
+    filesystem path (absolute, ./ or ~ first, or more than one '/') must exist, or transformers answers deep in
+    a traceback with "Repo id must be in the form 'repo_name'"."""
+    from gigpo.config import RecipeError
+    from gigpo.models.pretrained import PINNED
+
+    if not path or path in PINNED or Path(path).expanduser().exists():
+        return
+    if path.startswith(("/", ".", "~")) or path.count("/") > 1:
+        raise RecipeError(f"model.path={path!r}: no such directory. Give a Hugging Face model directory "
+                          f"(config.json, tokenizer and weights), a hub id such as Qwen/Qwen2.5-7B-Instruct, a pinned "
+                          f"model ({', '.join(sorted(PINNED))}), or drop model.path and set model.init for a local build")

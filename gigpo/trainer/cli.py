@@ -69,7 +69,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from gigpo.config import load_config
-    from gigpo.experiments.compare import UnpairedStart, run_all, write_report
+    from gigpo.experiments.compare import RunFailed, UnpairedStart, run_all, write_report
     from gigpo.infra.stopping import StopRequested, stop_on_signals
 
     from gigpo.experiments.compare import parse_variant
@@ -107,7 +107,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(f"gigpo: compare stopped by {exc}; finished runs are kept and interrupted ones resume from their "
               "last checkpoint: rerun the same command to continue", file=sys.stderr, flush=True)
         return exc.exit_code
-    except UnpairedStart as exc:  # run_all has stopped its runs by now
+    except (UnpairedStart, RunFailed) as exc:  # run_all has stopped its runs by now
         print(f"gigpo: compare stopped: {exc}", file=sys.stderr, flush=True)
         return 1
     report = write_report(out, args.recipe, algos, seeds, command, pair=pair, name=args.report_name)

@@ -162,7 +162,7 @@ def set_up(config: Config, resume: bool = False) -> Run:
 
     from gigpo.infra.cpu_bf16 import cpu_bf16_notice
     from gigpo.infra.dtypes import cpu_has_fast_bf16
-    from gigpo.models.resolve import resolve_model_path
+    from gigpo.models.resolve import check_model_path, resolve_model_path
     from gigpo.rollout.weight_sync import push_start, resume_weights
     from gigpo.trainer.batching import check_token_budget
     from gigpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
@@ -179,6 +179,7 @@ def set_up(config: Config, resume: bool = False) -> Run:
     t, a, e = config.trainer, config.algorithm, config.env
     # fail on a bad recipe before any model, process or environment is started
     check_token_budget(config.rollout.max_prompt_tokens, config.rollout.max_new_tokens, t.micro_token_budget)
+    check_model_path(config.model.path)
     rank = init_distributed()
     main = rank.is_main
     share = playing_ranks(config.rollout.backend, rank.rank, rank.world_size, config.rollout.tensor_parallel_size)

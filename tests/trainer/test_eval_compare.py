@@ -74,3 +74,19 @@ def test_compare_stops_when_a_run_would_not_share_its_partners_start(tmp_path: P
     records = [json.loads(line) for line in (ran / "metrics.jsonl").read_text().splitlines()] \
         if (ran / "metrics.jsonl").is_file() else []
     assert all(r["iteration"] < 30 for r in records)
+
+
+def test_compare_names_a_failed_runs_cause_without_a_traceback(tmp_path: Path) -> None:
+    """A run that fails (here: a model directory that is not there) stops compare with the run's own error,
+    read from its log, and exit code 1; the missing directory is named before any model or process starts."""
+    missing = tmp_path / "no-such-model"
+    out = tmp_path / "cmp"
+    cmd = [sys.executable, "-m", "gigpo.cli", "compare", "recipes/sokoban_tiny.yaml", *SMALL, f"model.path={missing}",
+           "--algos", "gigpo,grpo", "--seeds", "1", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env=clean_env())
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "gigpo: compare stopped: run gigpo seed 0 failed with exit code 2" in proc.stderr, proc.stderr[-2000:]
+    assert f"model.path={str(missing)!r}: no such directory" in proc.stderr
+    assert str(out / "gigpo-s0" / "train.log") in proc.stderr
+    assert not (out / "grpo-s0").exists()  # the comparison stopped at its first failure
