@@ -18,11 +18,11 @@ def test_one_shortened_iteration(smollm2_dir, tmp_path: Path) -> None:
     # the fetched model by its path, and an empty cache otherwise: a warm-up cached by an earlier run of this test
     # on this machine would be reused, and no warm-up step would run
     proc = gigpo("train", RECIPE, f"model.path={smollm2_dir}", f"model.dtype={dtype}", "rollout.enforce_eager=true",
-                 "env.kwargs.num_products=100", "env.num_groups=1", "env.group_size=2", "env.max_steps=3",
-                 "env.eval_episodes=2", "trainer.sft_steps=2", "trainer.sft_rooms=4", "trainer.sft_batch_size=4",
+                 "env.kwargs.num_products=100", "env.num_groups=1", "env.group_size=2", "env.max_steps=2",
+                 "env.eval_episodes=1", "trainer.sft_steps=1", "trainer.sft_rooms=4", "trainer.sft_batch_size=2",
                  "trainer.iterations=1", "logging.wandb_mode=disabled", "logging.progress=false",
                  f"trainer.run_dir={run}", env={"GIGPO_CACHE": str(tmp_path / "cache")})
-    assert "warm-up: step 2/2" in proc.stdout + proc.stderr  # the expert's answers fit the recipe's 64 tokens
+    assert "warm-up: step 1/1" in proc.stdout + proc.stderr  # the expert's answers fit the recipe's 64 tokens
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in records] == [0, 1]
     it = records[1]
