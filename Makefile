@@ -10,8 +10,8 @@ EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 RECIPE ?= recipes/sokoban_tiny.yaml
 ARGS ?=
 # Test processes (pytest-xdist, one test file per process at a time). 2 on CI's 2 cores: most tests leave a
-# core idle (one vLLM engine thread, env stepping, imports), so 2 took the suite from 74 to 57 min here
-# on one machine (session 31). TEST_WORKERS=0 runs it in one process; tests/conftest.py starts the slowest files first.
+# core idle (one vLLM engine thread, env stepping, imports). On a 2-core machine the suite took 74 min in one
+# process and 57 with 2 (2026-12-02). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 TESTS ?= tests
 
