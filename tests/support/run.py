@@ -81,6 +81,21 @@ def processes_in(directory: Path) -> dict[int, str]:
     return found
 
 
+def leaked_allreduce_buffers(before: set[Path]) -> set[Path]:
+    """DeepSpeed CPU all-reduce buffers in /dev/shm that are new since `before` and mapped by no live process.
+    A buffer a live process maps belongs to a run still going, another test's under `make test`'s workers."""
+    new = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")) - before
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if not new:
+            break
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        new = {path for path in new if str(path) not in maps}
+    return new
+
+
 def metrics_so_far(run_dir: Path) -> list[dict]:
     """The complete metrics lines of a run still being written: none while the file is missing or empty,
     and never a line caught half-written (polling loops read it between a write's start and its newline)."""

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.run import REPO, SMALL, clean_env, metrics_so_far, processes_in
+from support.run import REPO, SMALL, clean_env, leaked_allreduce_buffers, metrics_so_far, processes_in
 
 from gigpo.infra.stopping import EXIT_CODE, StopRequested
 
@@ -131,7 +131,7 @@ def test_sigterm_to_a_two_rank_train_stops_every_rank_and_its_engine(tmp_path: P
     assert proc.returncode == EXIT_CODE, said[-3000:]
     assert "training stopped by SIGTERM" in said and "--resume" in said, said[-3000:]
     assert left == {}, f"processes of the run outlived it: {left}"
-    assert set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")) <= buffers_before
+    assert leaked_allreduce_buffers(buffers_before) == set()
     stopped_at = max(r["iteration"] for r in metrics_so_far(run_dir))
     assert stopped_at < 30 and not (run_dir / "done.json").exists()
     for iteration in range(1, stopped_at + 1):  # every checkpoint logged before the stop is complete
