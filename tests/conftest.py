@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# support.budget: the suite's time budget and its slowest tests (tests/support/budget.py); pytester: its own test.
+pytest_plugins = ["support.budget", "pytester"]
+
 # vLLM on CPU sizes its KV cache from this (GiB); the default share of a NUMA node fails here.
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")

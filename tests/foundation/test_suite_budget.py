@@ -1,0 +1,57 @@
+"""The suite's time budget (tests/support/budget.py): a test made slow on purpose fails the run, unless it is
+listed with a reason; every run prints its slowest tests and its whole time. Inner pytest sessions, in process."""
+from __future__ import annotations
+
+import pytest
+
+SLOW_TEST = """
+import time
+
+def test_quick():
+    pass
+
+def test_made_slow():
+    time.sleep(0.6)
+"""
+
+
+@pytest.fixture
+def slow_suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    pytester.makepyfile(test_slow=SLOW_TEST)
+    monkeypatch.setenv("GIGPO_TEST_BUDGET_S", "0.3")
+    return pytester
+
+
+def run_inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.RunResult:
+    """Only the budget plugin in the inner session: installed plugins (xdist, timeout, hypothesis) cost seconds to load."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    return pytester.runpytest_inprocess("-p", "support.budget", "-p", "no:cacheprovider")
+
+
+def test_a_test_over_the_budget_fails_the_run_and_is_named(slow_suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = run_inner(slow_suite, monkeypatch)
+    result.assert_outcomes(passed=2)  # both tests pass; the run fails on the budget alone
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    text = result.stdout.str()
+    assert "over the time budget" in text
+    over = text.split("over the time budget", 1)[1]
+    assert "test_slow.py::test_made_slow" in over and "test_quick" not in over
+    assert "whole run:" in text and "slowest 2 tests" in text
+
+
+def test_a_listed_slow_test_passes_and_is_marked(slow_suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    import support.budget as budget
+
+    monkeypatch.setitem(budget.SLOW_ALLOWED, "test_slow.py::test_made_slow", "sleeps on purpose")
+    result = run_inner(slow_suite, monkeypatch)
+    assert result.ret == pytest.ExitCode.OK
+    text = result.stdout.str()
+    assert "over the time budget" not in text
+    assert "test_made_slow (listed slow)" in text
+
+
+def test_a_failing_run_keeps_its_failure_status(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_fail="def test_fails():\n    assert False\n")
+    result = run_inner(pytester, monkeypatch)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "over the time budget" not in result.stdout.str()
