@@ -244,13 +244,12 @@ def learn(run: Run, iteration: int, rows: "StepRows", episodes: Optional[list], 
     rank on its own steps (possibly none: it still runs every collective the others run)."""
     from gigpo.rollout.weight_sync import push_weights
     from gigpo.trainer.distributed import all_gather_objects
-    from gigpo.trainer.memory_phases import enter_phase
     from gigpo.trainer.samples import bare_samples, train_samples, with_advantages
     from gigpo.trainer.sharding import merge_gaps, merge_staleness
 
     a, t = run.config.algorithm, run.config.trainer
     actor, critic = run.actor, run.critic
-    metrics.update(enter_phase(run, "update"))  # vLLM sleeps, the reference returns (CUDA; memory_phases.py)
+    metrics.update(run.memory_phases.enter("update"))  # vLLM sleeps, the reference returns (CUDA; memory_phases.py)
     # ---- advantages on the real rows only (no padding, no duplicates), of this rank's own groups: every
     # estimator is group-local (PPO's GAE per trajectory), so they equal those of one rank holding every group
     with timer("advantage"):
@@ -297,7 +296,7 @@ def learn(run: Run, iteration: int, rows: "StepRows", episodes: Optional[list], 
         metrics.update(update_metrics)
 
     # ---- weight sync into the generator
-    metrics.update(enter_phase(run, "generation"))  # vLLM wakes before its weights are reloaded
+    metrics.update(run.memory_phases.enter("generation"))  # vLLM wakes before its weights are reloaded
     with timer("sync"):  # async mode: queued for the producer, loaded between two rollouts
         metrics.update(push_weights(actor, run.generator, iteration, run.verifier, run.pipeline))
 

@@ -13,12 +13,9 @@ engine generates while the update runs) nothing moves, and the reason is logged 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import Any, Literal, Optional
 
 import torch
-
-if TYPE_CHECKING:
-    from gigpo.trainer.setup import Run
 
 Phase = Literal["generation", "update"]
 _LOGGED: set[str] = set()
@@ -80,8 +77,3 @@ class MemoryPhases:
         self.phase = phase
         free, _ = torch.cuda.mem_get_info()
         return {f"time/phase_{phase}": time.perf_counter() - started, f"perf/gpu_free_gb/{phase}": free / 2**30}
-
-
-def enter_phase(run: Run, phase: Phase) -> dict[str, float]:
-    """The loop's call: `run`'s phases (`Run.memory_phases`, built by set_up) moved to `phase`."""
-    return run.memory_phases.enter(phase)

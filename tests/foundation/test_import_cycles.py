@@ -2,8 +2,8 @@
 
 A cycle hidden behind a lazy import still ties the modules together: neither can be read, tested or
 moved alone (issue 27 found generator.py <-> every backend). The graph is read from the source with
-`ast`, so the test imports nothing and takes milliseconds. Imports under `if TYPE_CHECKING:` never run
-and are left out.
+`ast`, so the test imports nothing and takes milliseconds. Imports under `if TYPE_CHECKING:` never run,
+and are checked both without and with them.
 """
 from __future__ import annotations
 
@@ -25,24 +25,24 @@ def all_modules() -> dict[str, Path]:
     return {module_name(p): p for p in (ROOT / "gigpo").rglob("*.py")}
 
 
-def _runtime_nodes(tree: ast.AST):
-    """Every node except those under `if TYPE_CHECKING:`."""
+def _nodes(tree: ast.AST, type_only: bool):
+    """Every node, those under `if TYPE_CHECKING:` only when `type_only`."""
     stack = [tree]
     while stack:
         node = stack.pop()
         yield node
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            if not type_only and isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
                 stack.extend(child.orelse)
                 continue
             stack.append(child)
 
 
-def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+def imports_of(name: str, path: Path, modules: dict[str, Path], type_only: bool = False) -> set[str]:
     """gigpo modules `name` imports anywhere in its body (`from pkg import submodule` counts as the submodule)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+    for node in _nodes(ast.parse(path.read_text(), str(path)), type_only):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -55,9 +55,9 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return {m for m in found if m in modules and m != name}
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_only: bool = False) -> dict[str, set[str]]:
     modules = all_modules()
-    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+    return {name: imports_of(name, path, modules, type_only) for name, path in modules.items()}
 
 
 def find_cycle(graph: dict[str, set[str]], nodes: set[str]) -> list[str]:
@@ -87,9 +87,12 @@ def find_cycle(graph: dict[str, set[str]], nodes: set[str]) -> list[str]:
     return []
 
 
+@pytest.mark.parametrize("type_only", [False, True], ids=["runtime", "with-type-only"])
 @pytest.mark.parametrize("package", PACKAGES)
-def test_no_import_cycle_inside_the_package(package):
-    graph = import_graph()
+def test_no_import_cycle_inside_the_package(package, type_only):
+    """Type-only imports count too (issue 57): a cycle that only a type checker follows still means neither
+    module can be read alone, as memory_phases.py <-> setup.py did."""
+    graph = import_graph(type_only)
     inside = {m for m in graph if m == package or m.startswith(package + ".")}
     assert inside, f"no modules found under {package}"
     cycle = find_cycle(graph, inside)
@@ -107,3 +110,6 @@ def test_the_checker_finds_a_cycle_through_a_lazy_import(tmp_path):
     found = imports_of("gigpo.x.m", source, {"gigpo.rollout": source, "gigpo.rollout.generator": source,
                                              "gigpo.config": source})
     assert found == {"gigpo.rollout", "gigpo.rollout.generator"}
+    with_types = imports_of("gigpo.x.m", source, {"gigpo.rollout": source, "gigpo.rollout.generator": source,
+                                                  "gigpo.config": source}, type_only=True)
+    assert with_types == {"gigpo.rollout", "gigpo.rollout.generator", "gigpo.config"}

@@ -9,17 +9,9 @@ from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.vllm_backend import parallel_kwargs
 from gigpo.trainer import memory_phases
-from gigpo.trainer.memory_phases import MemoryPhases, enter_phase
+from gigpo.trainer.memory_phases import MemoryPhases
 
 GREEDY_PROMPTS = [[5, 6, 7, 8, 9], [11, 12, 13]]
-
-
-class _Run:
-    """What enter_phase reads of a Run (the loop's object): its phases, built as set_up builds them, with a real
-    generator and no reference."""
-
-    def __init__(self, config, generator):
-        self.memory_phases = MemoryPhases.from_config(config, generator, None)
 
 
 def test_phases_are_a_no_op_on_cpu_that_logs_once(tiny_model_dir, capsys, monkeypatch):
@@ -30,9 +22,9 @@ def test_phases_are_a_no_op_on_cpu_that_logs_once(tiny_model_dir, capsys, monkey
     generator = HFGenerator(str(tiny_model_dir), dtype="fp32")
     greedy = SamplingSettings(temperature=0, max_new_tokens=6)
     before = [c.token_ids for c in generator.generate(GREEDY_PROMPTS, greedy)]
-    run = _Run(config, generator)
+    phases = MemoryPhases.from_config(config, generator, None)  # as set_up builds them: a real generator, no reference
     for phase in ("update", "generation", "update", "generation"):
-        assert enter_phase(run, phase) == {}
+        assert phases.enter(phase) == {}
     out = capsys.readouterr().out
     assert out.count("memory phases are off on CPU") == 1, out
     assert [c.token_ids for c in generator.generate(GREEDY_PROMPTS, greedy)] == before
