@@ -29,6 +29,8 @@ def run_inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyt
 
 
 def test_a_test_over_the_budget_fails_the_run_and_is_named(slow_suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    times = slow_suite.path / "times.tsv"
+    monkeypatch.setenv("GIGPO_TEST_TIMES", str(times))
     result = run_inner(slow_suite, monkeypatch)
     result.assert_outcomes(passed=2)  # both tests pass; the run fails on the budget alone
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -37,6 +39,9 @@ def test_a_test_over_the_budget_fails_the_run_and_is_named(slow_suite: pytest.Py
     over = text.split("over the time budget", 1)[1]
     assert "test_slow.py::test_made_slow" in over and "test_quick" not in over
     assert "whole run:" in text and "slowest 2 tests" in text
+    written = dict(reversed(line.split("\t")) for line in times.read_text().splitlines())
+    assert set(written) == {"test_slow.py::test_quick", "test_slow.py::test_made_slow"}
+    assert float(written["test_slow.py::test_made_slow"]) >= 0.6 > float(written["test_slow.py::test_quick"])
 
 
 def test_a_listed_slow_test_passes_and_is_marked(slow_suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

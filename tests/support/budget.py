@@ -6,7 +6,9 @@ fixture's engine start is charged to the first test that needs it) and its whole
 test outside `SLOW_ALLOWED` takes longer than the budget. A test that must stay slow goes on that list with
 its reason; everything else is made cheaper.
 
-Settings (environment): GIGPO_TEST_BUDGET_S (default 60), GIGPO_TEST_SLOWEST (how many to print, default 25).
+Settings (environment): GIGPO_TEST_BUDGET_S (default 60), GIGPO_TEST_SLOWEST (how many to print, default 25),
+GIGPO_TEST_TIMES (a file that gets one "seconds<TAB>test" line as each test ends: the costs of a run that may not
+finish, for docs/benchmarks.md and this list).
 Under pytest-xdist the controller (which receives every worker's reports) does the check, once.
 """
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
+from typing import Optional
 
 import pytest
 
@@ -36,8 +39,9 @@ def allowed(nodeid: str, listed: dict[str, str]) -> bool:
 class SuiteBudget:
     """Sums set-up and call time per test and reports the slow ones at the end of the session."""
 
-    def __init__(self, budget: float, listed: dict[str, str], slowest: int) -> None:
+    def __init__(self, budget: float, listed: dict[str, str], slowest: int, times_file: Optional[str] = None) -> None:
         self.budget = budget
+        self.times_file = times_file
         self.listed = listed
         self.slowest = slowest
         self.seconds: dict[str, float] = defaultdict(float)
@@ -51,6 +55,9 @@ class SuiteBudget:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when in ("setup", "call"):
             self.seconds[report.nodeid] += report.duration
+        elif report.when == "teardown" and self.times_file:
+            with open(self.times_file, "a") as out:
+                out.write(f"{self.seconds[report.nodeid]:.1f}\t{report.nodeid}\n")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -81,4 +88,5 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the controller sums every worker's reports
         return
     slowest = int(os.environ.get("GIGPO_TEST_SLOWEST", 25))
-    config.pluginmanager.register(SuiteBudget(budget_s(), SLOW_ALLOWED, slowest), "gigpo-suite-budget")
+    budget = SuiteBudget(budget_s(), SLOW_ALLOWED, slowest, os.environ.get("GIGPO_TEST_TIMES"))
+    config.pluginmanager.register(budget, "gigpo-suite-budget")
