@@ -18,15 +18,10 @@ the engines take (samples.py).
 """
 from __future__ import annotations
 
-import json
 import random
-import resource
 import time
 from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Optional
 
 from gigpo.config import Config
 from gigpo.infra.seeds import probe_seed, rank_sampling_seed, rollout_sampling_seed, train_seeds
@@ -38,7 +33,6 @@ from gigpo.trainer.setup import Run
 if TYPE_CHECKING:
     from gigpo.advantage.rows import StepRows
     from gigpo.rollout.records import Rollout
-    from gigpo.rollout.types import SamplingSettings
 
 GAP_PROBE = 32
 """Samples whose log-probs the trainer recomputes each iteration when the old ones come from the generator."""
@@ -47,6 +41,7 @@ GAP_PROBE = 32
 def train(config: Config, resume: bool = False) -> dict[str, Any]:
     """Train `config` to `trainer.iterations` (or `trainer.max_env_steps`); returns the run's summary."""
     from gigpo.trainer.distributed import broadcast_object
+    from gigpo.trainer.metrics import finish
     from gigpo.trainer.setup import set_up
 
     run = set_up(config, resume)
@@ -75,6 +70,7 @@ def run_iteration(run: Run, iteration: int) -> bool:
     """One iteration on every rank: play (each rank its share), learn, evaluate, checkpoint, log. True when it
     was the last."""
     from gigpo.trainer.checkpoint import save_checkpoint
+    from gigpo.trainer.memory import peak_rss_gb
     from gigpo.trainer.metrics import PhaseTimer
 
     t = run.config.trainer
@@ -142,70 +138,24 @@ def play(run: Run, iteration: int) -> tuple["StepRows", list, dict[str, float], 
     metrics.update(run.pool.stats().as_metrics())
     rows, episodes = played.steps, played.episodes
     if config.algorithm.dynamic_sampling:
+        from gigpo.trainer.dynamic_sampling import redraw_uninformative
+
         rows, episodes = redraw_uninformative(run, iteration, rows, episodes, settings, metrics)
     metrics["time/generate"] = played.seconds_generate
     metrics["time/env"] = played.seconds_env
     return rows, episodes, metrics, replace(played, steps=StepRows.empty())
 
 
-def redraw_uninformative(run: Run, iteration: int, rows: "StepRows", episodes: list, settings: "SamplingSettings",
-                         metrics: dict[str, float]) -> tuple["StepRows", list]:
-    """Dynamic sampling: re-draw task groups until B have differing returns (or `max_resample` re-draws);
-    keep the first B of those. Each rank re-draws its own share of the groups until its share has differing
-    returns, so no rank waits on another mid-rollout. Every step played counts toward the env-step budget."""
-    from gigpo.advantage.rows import StepRows
-    from gigpo.advantage.sampling import informative_groups
-    from gigpo.rollout.collect import rollout
-
-    config, e, a = run.config, run.config.env, run.config.algorithm
-    informative = lambda r: {int(g) for g in r.group[informative_groups(r)]}  # noqa: E731
-    share, generator = run.share.of(e.num_groups), run.pipeline.generator
-    draws, keep = [rows], informative(rows)
-    for draw in range(1, a.max_resample + 1):
-        if len(keep) >= len(share):
-            break
-        seed = rank_sampling_seed(rollout_sampling_seed(config.trainer.seed, iteration, draw), run.share.rank,
-                                  per_request=generator.turns == "async")
-        with stop_on_nonfinite_rows(f"iteration {iteration}, re-draw {draw}"):
-            extra = rollout(run.pool, generator, run.prompt_fn,
-                            train_seeds(config, iteration, draw)[share.start:share.stop], e.group_size,
-                            replace(settings, seed=seed), config.rollout.max_prompt_tokens,
-                            group_offset=draw * e.num_groups + share.start)
-        draws.append(extra.steps)
-        episodes = episodes + extra.episodes
-        keep |= informative(draws[-1])
-        metrics["rollout/draws"] = float(draw + 1)
-    kept = sorted(keep)[: len(share)]
-    metrics["rollout/kept_groups"] = float(len(kept))
-    rows = StepRows.concat(draws)
-    metrics["rollout/env_steps"] = float(len(rows))
-    rows = rows.select(np.isin(rows.group, kept))
-    metrics["rollout/trained_steps"] = float(len(rows))
-    return rows, episodes
-
-
 def own_share(run: Run, iteration: int, played: Optional[tuple]) -> tuple["StepRows", list, dict[str, float], int]:
-    """This rank's steps of the iteration (none where it plays nothing), every rank's episode summaries,
-    the rollout's metrics merged over ranks, and the step count of every rank together. Steps stay where
-    they were played; only episode summaries and metrics cross ranks. Where rank 0 alone plays (a remote
-    server), it scatters its groups instead, a share to each rank, so that the update
-    stays spread over the ranks. One rank: its own, unchanged."""
-    from gigpo.advantage.rows import StepRows
-    from gigpo.trainer.distributed import all_gather_objects, all_reduce_floats, scatter_objects
-    from gigpo.trainer.sharding import merge_metrics, merge_rollouts, split_groups
+    """This rank's steps of the iteration, every rank's episode summaries, the rollout's metrics merged over
+    ranks, and the step count of every rank together (sharding.gather_share). One rank: its own, unchanged."""
+    from gigpo.trainer.sharding import gather_share
 
     if run.world_size == 1:
         rows, episodes, metrics, _ = played
         rows_total = len(rows)
     else:
-        rows = played[0] if played is not None else StepRows.empty()
-        mine = None if played is None or not run.share.reports else played[1:]  # a replica's repeat its engine's first
-        parts = [p for p in all_gather_objects(mine) if p is not None]
-        episodes = sorted((e for p in parts for e in p[0]), key=lambda e: e.traj)
-        metrics = merge_metrics([p[1] for p in parts], merge_rollouts([p[2] for p in parts]))
-        rows_total = int(all_reduce_floats([len(rows)])[0])
-        if run.share is None or run.share.ranks * run.share.replicas < run.world_size:  # rank 0 played every group
-            rows = scatter_objects(split_groups(rows, run.world_size) if run.main else None)
+        rows, episodes, metrics, rows_total = gather_share(played, run.share, run.world_size, run.main)
     if run.config.algorithm.dynamic_sampling and not rows_total and run.main:
         print(f"gigpo: iteration {iteration}: no group with differing returns after "
               f"{int(metrics.get('rollout/draws', 1))} draw(s); skipping the update "
@@ -217,20 +167,14 @@ def evaluate_shared(run: Run, iteration: int) -> dict[str, float]:
     """Every rank plays its share of the held-out tasks; the merged evaluation's metrics on every rank
     (rank 0 records its episodes). In async mode a share plays where its generator lives: after the rollout
     in flight. The gather runs here, on the loop's thread, never on the producer's."""
-    from gigpo.advantage.rows import StepRows
-    from gigpo.trainer.distributed import all_gather_objects
     from gigpo.trainer.evaluation import play_evaluation
-    from gigpo.trainer.sharding import merge_rollouts
+    from gigpo.trainer.sharding import gather_evaluation
 
     with stop_on_nonfinite_rows(f"iteration {iteration}, phase eval"):
         local = run.pipeline.call(lambda: play_evaluation(run.config, run.eval_pool, run.generator, run.prompt_fn,
                                                           share=run.share)) if run.share else None
     hook = run.recorder.eval_hook(iteration)
-    if run.world_size > 1 and local is not None and hook is None:  # steps travel only for the record
-        local = replace(local, steps=StepRows.empty())
-    if local is not None and not run.share.reports:  # a replica of an engine's first rank: the same episodes
-        local = None
-    result = local if run.world_size == 1 else merge_rollouts(all_gather_objects(local))
+    result = local if run.world_size == 1 else gather_evaluation(local, run.share, keep_steps=hook is not None)
     if run.main and hook is not None:
         hook(result)
     return result.metrics("eval/")
@@ -245,6 +189,7 @@ def learn(run: Run, iteration: int, rows: "StepRows", episodes: Optional[list], 
     from gigpo.rollout.weight_sync import push_weights
     from gigpo.trainer.distributed import all_gather_objects
     from gigpo.trainer.samples import bare_samples, train_samples, with_advantages
+    from gigpo.trainer.logprob_gap import gap_metrics, logprob_gap
     from gigpo.trainer.sharding import merge_gaps, merge_staleness
 
     a, t = run.config.algorithm, run.config.trainer
@@ -307,15 +252,12 @@ def report_advantages(run: Run, iteration: int, last: bool, rows: "StepRows", ep
     ids, rewards, anchor keys and advantages (numbers, no tokens); its steps' texts only when a record or
     rows file is due. Every rank calls it (a collective)."""
     from gigpo.advantage.diagnostics import revisit_diagnostics, step_group_diagnostics
-    from gigpo.trainer.distributed import all_gather_objects
-    from gigpo.trainer.sharding import advantage_part, merge_advantage_parts
+    from gigpo.trainer.sharding import gather_advantage_rows
 
     recorder, log_rows = run.recorder, run.config.logging.log_rollouts
     due = bool(recorder.every) and (iteration % recorder.every == 0 or last)
     if run.world_size > 1:
-        reports = run.share is None or run.share.reports  # a replica's rows repeat its engine's first rank's
-        part = advantage_part(rows, with_texts=due or log_rows) if len(rows) and reports else None
-        rows = merge_advantage_parts(all_gather_objects(part), run.config.env.num_groups)
+        rows = gather_advantage_rows(rows, run.share, with_texts=due or log_rows, num_groups=run.config.env.num_groups)
         if rows is None:  # no rank trained a step (cannot happen: learn() runs only when some rank has rows)
             return {}
     if not run.main:
@@ -329,51 +271,7 @@ def report_advantages(run: Run, iteration: int, last: bool, rows: "StepRows", ep
     return metrics
 
 
-def logprob_gap(generator_logps: Sequence[Sequence[float]], trainer_logps: Sequence[Any]) -> tuple[float, int, float]:
-    """How far the generator's log-probs are from the trainer's: the sum, count and max of |diff| over the
-    response tokens (sharding.merge_gaps adds the ranks' up; gap_metrics makes the metrics)."""
-    if not generator_logps:
-        return 0.0, 0, float("-inf")
-    diffs = np.concatenate([np.abs(np.asarray(g, dtype=np.float64) - t.double().numpy())
-                            for g, t in zip(generator_logps, trainer_logps)])
-    return float(diffs.sum()), int(diffs.size), float(diffs.max())
-
-
-def gap_metrics(gap: tuple[float, int, float]) -> dict[str, float]:
-    """`rollout/logp_gap_mean` and `_max` per response token (none when no token was compared)."""
-    total, count, largest = gap
-    return {"rollout/logp_gap_mean": total / count, "rollout/logp_gap_max": largest} if count else {}
-
-
-def peak_rss_gb() -> float:
-    """Peak resident memory of this process and its finished children (Linux reports KiB)."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return (own + children) / 2**20
-
-
-# --------------------------------------------------------------------------- end of a run, and the launch
-
-def finish(run_dir: Path, state: dict[str, Any]) -> dict[str, Any]:
-    """Curves, a final summary on the console, and `done.json` (what `gigpo compare` looks for)."""
-    from gigpo.experiments.plots import plot_run
-    from gigpo.trainer.metrics import read_metrics
-
-    records = read_metrics(run_dir)
-    plot_run(records, run_dir / "curves.png")
-    evals = [r for r in records if "eval/success" in r]
-    summary = {"iterations": state["iteration"], "env_steps_total": state["env_steps_total"],
-               "start_eval_success": evals[0]["eval/success"] if evals else None,
-               "final_eval_success": evals[-1]["eval/success"] if evals else None,
-               "best_eval_success": max(r["eval/success"] for r in evals) if evals else None,
-               "curves": str(run_dir / "curves.png"), "metrics": str(run_dir / "metrics.jsonl")}
-    (run_dir / "done.json").write_text(json.dumps(summary, indent=1))
-    print("\n== gigpo summary ==")
-    for key, value in summary.items():
-        shown = f"{value:.1%}" if isinstance(value, float) and "success" in key else value
-        print(f"  {key}: {shown}")
-    return summary
-
+# --------------------------------------------------------------------------- the launch
 
 def launch_or_train(config: Config, resume: bool) -> int:
     """`gigpo train`: relaunch through DeepSpeed's launcher for several ranks, else train here."""

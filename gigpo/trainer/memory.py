@@ -15,6 +15,7 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import resource
 from typing import Optional
 
 import psutil
@@ -130,3 +131,10 @@ class PhaseMemory:
         out = {f"perf/peak_rss_gb/{phase}": value for phase, value in self.peaks.items()}
         out.update({f"perf/peak_gpu_gb/{phase}": value for phase, value in self.gpu_peaks.items()})
         return out
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory of this process and its finished children (Linux reports KiB)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (own + children) / 2**20

@@ -1,4 +1,5 @@
-"""Per-iteration metrics: one JSON line per iteration, a console summary line, and wandb.
+"""Per-iteration metrics: one JSON line per iteration, a console summary line, and wandb; at a run's end its
+curves and `done.json`.
 
 Names are namespaced (`rollout/`, `eval/`, `adv/`, `loss/`, `perf/`, `time/`); docs/metrics.md lists them.
 """
@@ -100,3 +101,23 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def finish(run_dir: Path, state: dict[str, Any]) -> dict[str, Any]:
+    """Curves, a final summary on the console, and `done.json` (what `gigpo compare` looks for)."""
+    from gigpo.experiments.plots import plot_run
+
+    records = read_metrics(run_dir)
+    plot_run(records, run_dir / "curves.png")
+    evals = [r for r in records if "eval/success" in r]
+    summary = {"iterations": state["iteration"], "env_steps_total": state["env_steps_total"],
+               "start_eval_success": evals[0]["eval/success"] if evals else None,
+               "final_eval_success": evals[-1]["eval/success"] if evals else None,
+               "best_eval_success": max(r["eval/success"] for r in evals) if evals else None,
+               "curves": str(run_dir / "curves.png"), "metrics": str(run_dir / "metrics.jsonl")}
+    (run_dir / "done.json").write_text(json.dumps(summary, indent=1))
+    print("\n== gigpo summary ==")
+    for key, value in summary.items():
+        shown = f"{value:.1%}" if isinstance(value, float) and "success" in key else value
+        print(f"  {key}: {shown}")
+    return summary

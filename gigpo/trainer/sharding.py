@@ -11,7 +11,7 @@ Where ranks cannot each hold a generator (a remote server) rank 0 plays every gr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import numpy as np
@@ -110,6 +110,48 @@ def merge_metrics(parts: Sequence[dict[str, float]], first_draw: Rollout) -> dic
     out.update({k: v for k, v in rates.items()
                 if k.startswith("rollout/success/") or k[len("rollout/"):] in RATE_KEYS})
     return out
+
+
+def gather_share(played: Optional[tuple], share: Optional[Share], world_size: int,
+                 main: bool) -> tuple[StepRows, list, dict[str, float], int]:
+    """Every rank's view of the iteration's rollout (a collective): its own steps, which stay where they were
+    played, every rank's episode summaries and merged metrics, and the step count of all ranks together.
+    Where rank 0 alone plays (a remote server), it scatters its groups instead, a share to each rank, so that
+    the update stays spread over the ranks."""
+    from gigpo.trainer.distributed import all_gather_objects, all_reduce_floats, scatter_objects
+
+    rows = played[0] if played is not None else StepRows.empty()
+    mine = None if played is None or not share.reports else played[1:]  # a replica's repeat its engine's first
+    parts = [p for p in all_gather_objects(mine) if p is not None]
+    episodes = sorted((e for p in parts for e in p[0]), key=lambda e: e.traj)
+    metrics = merge_metrics([p[1] for p in parts], merge_rollouts([p[2] for p in parts]))
+    rows_total = int(all_reduce_floats([len(rows)])[0])
+    if share is None or share.ranks * share.replicas < world_size:  # rank 0 played every group
+        rows = scatter_objects(split_groups(rows, world_size) if main else None)
+    return rows, episodes, metrics, rows_total
+
+
+def gather_evaluation(local: Optional[Rollout], share: Optional[Share], keep_steps: bool) -> Rollout:
+    """The ranks' evaluation shares merged on every rank (a collective); steps travel only when a record
+    needs them (`keep_steps`), and an engine's replica ranks send nothing (their episodes repeat its first's)."""
+    from gigpo.trainer.distributed import all_gather_objects
+
+    if local is not None and not keep_steps:
+        local = replace(local, steps=StepRows.empty())
+    if local is not None and not share.reports:
+        local = None
+    return merge_rollouts(all_gather_objects(local))
+
+
+def gather_advantage_rows(rows: StepRows, share: Optional[Share], with_texts: bool,
+                          num_groups: int) -> Optional[StepRows]:
+    """Every rank's scored rows, as rank 0 needs them for the diagnostics and records (a collective; see
+    advantage_part); None if no rank trained a step."""
+    from gigpo.trainer.distributed import all_gather_objects
+
+    reports = share is None or share.reports  # a replica's rows repeat its engine's first rank's
+    part = advantage_part(rows, with_texts=with_texts) if len(rows) and reports else None
+    return merge_advantage_parts(all_gather_objects(part), num_groups)
 
 
 def split_groups(rows: StepRows, ranks: int) -> list[StepRows]:
