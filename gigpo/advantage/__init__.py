@@ -1,4 +1,4 @@
-"""Advantage estimators: pure functions over flat per-step rows (GiGPO, GRPO, RLOO, PPO-GAE).
+"""Advantage estimators: pure functions over flat per-step rows (GiGPO, GRPO, RLOO, PPO-GAE, HGPO, GraphGPO).
 
 The trainer's calls:
     rows = StepRows(group=..., traj=..., step=..., reward=..., anchor=anchor_keys(texts))

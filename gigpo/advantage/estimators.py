@@ -1,4 +1,5 @@
-"""Advantage estimators (GiGPO, GRPO, RLOO, PPO-GAE; HGPO and GraphGPO in their own modules) and the registry the trainer picks them from.
+"""Advantage estimators (GiGPO, GRPO, RLOO, PPO-GAE) and the registry the trainer picks them from; GiGPO's
+successors HGPO and GraphGPO live in hgpo.py and graphgpo.py and register here too.
 
 Definitions, relied upon by the tests and by users (R(tau) = sum of a trajectory's rewards;
 R_t = sum_{k>=t} gamma^(k-t) r_k along the trajectory's rows in step order):
