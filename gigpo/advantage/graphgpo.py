@@ -70,11 +70,9 @@ def goal_distances(rows: StepRows, layout: TrajectoryLayout, node: np.ndarray, n
     return out_state, out_next
 
 
-def graph_returns(rows: StepRows, options: AdvantageOptions) -> np.ndarray:
-    """(N,) each step's distance-decayed return (see the module doc)."""
-    layout = rows.layout
-    node, n_nodes = step_groups(rows, layout, options.similarity)
-    d_state, d_next = goal_distances(rows, layout, node, n_nodes, options.graph_goal_return)
+def graph_returns(rows: StepRows, options: AdvantageOptions, node: np.ndarray, n_nodes: int) -> np.ndarray:
+    """(N,) each step's distance-decayed return (see the module doc), `node` the graph node of each row."""
+    d_state, d_next = goal_distances(rows, rows.layout, node, n_nodes, options.graph_goal_return)
     exponent = d_next if options.graph_distance == "absolute" else d_next - d_state + 1.0
     return GOAL_RETURN * np.power(options.graph_gamma, exponent)
 
@@ -83,8 +81,12 @@ def graph_returns(rows: StepRows, options: AdvantageOptions) -> np.ndarray:
 def graphgpo(rows: StepRows, options: AdvantageOptions) -> StepRows:
     """step_weight * graph step part + graph_episode_weight * episode part (GraphGPO, eq. 8 of GiGPO's form)."""
     layout = rows.layout
-    returns = graph_returns(rows, options)
     group_of_step, n_step_groups = step_groups(rows, layout, None, options.split_versions)
+    if options.similarity is None and not options.split_versions:
+        node, n_nodes = group_of_step, n_step_groups          # exact anchors: the nodes are the step groups
+    else:
+        node, n_nodes = step_groups(rows, layout, options.similarity)
+    returns = graph_returns(rows, options, node, n_nodes)
     step = normalise_in_groups(returns, group_of_step, n_step_groups, options.norm)
     episode = np.zeros(len(rows))
     if options.graph_episode_weight != 0.0:

@@ -2,7 +2,6 @@
 GiGPO's result), the plain-loop spec on random batches, options, and `gigpo advantage` on logged rows."""
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import fields
 
@@ -12,6 +11,8 @@ from batches import ANY_REWARDS, batches
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from naive_successors import naive_graphgpo, naive_hgpo
+from test_cli_and_io import ROWS as LOGGED  # a dump of two tasks' rows: string ids, text anchors, out of order
+from test_cli_and_io import write_jsonl
 
 from gigpo.advantage import AdvantageInputError, AdvantageOptions, StepRows, anchor_keys, compute_advantages
 from gigpo.advantage import read_advantages
@@ -258,26 +259,13 @@ def test_recipe_keys_are_validated_and_unknown_ones_still_fail():
             load_config(recipe, [override])
 
 
-LOGGED = [  # a dump of two tasks' rows (string ids, text anchors, out of order), as `gigpo advantage` reads them
-    {"group": "task-a", "traj": "t1", "step": 1, "reward": 0.0, "anchor": "You are in the hall."},
-    {"group": "task-a", "traj": "t0", "step": 0, "reward": 0.0, "anchor": "You are in the kitchen."},
-    {"group": "task-a", "traj": "t1", "step": 0, "reward": 0.0, "anchor": "You are in the kitchen."},
-    {"group": "task-a", "traj": "t0", "step": 1, "reward": 10.0, "anchor": "You are in the hall."},
-    {"group": "task-a", "traj": "t2", "step": 0, "reward": 0.0, "anchor": "You are in the cellar."},
-    {"group": "task-a", "traj": "t2", "step": 1, "reward": 10.0, "anchor": "You are in the hall."},
-    {"group": "task-b", "traj": "t0", "step": 0, "reward": 10.0, "anchor": "You are in the kitchen."},
-    {"group": "task-b", "traj": "t1", "step": 0, "reward": 0.0, "anchor": "You are in the kitchen."},
-]
-
-
 @pytest.mark.parametrize("estimator, flags, options", [
     ("hgpo", ["--hgpo-history", "1", "--hgpo-alpha", "0.5", "--hgpo-episode-group"],
      dict(hgpo_history=1, hgpo_alpha=0.5, hgpo_episode_group=True)),
     ("graphgpo", ["--graph-gamma", "0.3", "--graph-distance", "delta"], dict(graph_gamma=0.3, graph_distance="delta")),
 ])
 def test_cli_computes_the_successors_on_logged_rows(tmp_path, estimator, flags, options):
-    source, out = tmp_path / "steps.jsonl", tmp_path / "adv.jsonl"
-    source.write_text("".join(json.dumps(r) + "\n" for r in LOGGED))
+    source, out = write_jsonl(tmp_path / "steps.jsonl", LOGGED), tmp_path / "adv.jsonl"
     assert main(["advantage", "--estimator", estimator, "--input", str(source), "--output", str(out), *flags]) == 0
     got = read_advantages(out)
     ids = {name: {v: i for i, v in enumerate(dict.fromkeys(r[name] for r in LOGGED))} for name in ("group", "traj")}
