@@ -275,3 +275,26 @@ def test_cli_computes_the_successors_on_logged_rows(tmp_path, estimator, flags, 
     want = compute_advantages(estimator, rows, **{**dict(BASE, gamma=AlgorithmConfig().gamma), **options})
     np.testing.assert_allclose(got["advantage"], want.advantage, rtol=0, atol=1e-12)
     assert np.any(got["advantage"] != 0.0)
+
+
+def test_compare_accepts_the_successors_names(tmp_path, capsys):
+    # The names are checked in order before any run starts: hgpo and graphgpo pass, the misspelt last one stops it.
+    from pathlib import Path
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "maze_long.yaml"
+    out = tmp_path / "compare"
+    assert main(["compare", str(recipe), "--algos", "gigpo,hgpo,graphgpo,grpo,grpoo", "--seeds", "1",
+                 "--out", str(out)]) != 0
+    assert "algorithm.estimator='grpoo' is unknown" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("estimator", ["hgpo", "graphgpo"])
+def test_rows_of_two_policy_versions_share_no_step_group_when_split(estimator):
+    rows = StepRows(group=[0] * 6, traj=[0, 0, 1, 1, 2, 2], step=[0, 1] * 3, reward=[0, 10, 0, 0, 0, 4],
+                    anchor=[1, 3, 2, 3, 1, 3], policy_version=[5, 5, 5, 5, 6, 6])
+    together = run(estimator, rows)
+    split = run(estimator, rows, split_versions=True)
+    np.testing.assert_array_equal(together.step_group_size, [2, 3, 1, 3, 2, 3])
+    np.testing.assert_array_equal(split.step_group_size, [1, 2, 1, 2, 1, 1])   # traj 2 acted on version 6
+    np.testing.assert_array_equal(split.step_advantage[[0, 4, 5]], 0.0)
