@@ -69,7 +69,7 @@ def load_reference(root: Path) -> tuple[types.ModuleType, types.ModuleType]:
 def reference_batch(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, Any]:
     """The rows in the reference's layout (sorted by group, trajectory, step) as a namespace batch, and the
     permutation from our row order to it. Ids and anchors are int64 arrays, not verl's object arrays: the
-    reference's per-row `np.where(ids == id)` scans are then ~10x faster, which favours the reference."""
+    reference's per-row `np.where(ids == id)` scans are then several times faster, which favours the reference."""
     import torch
 
     order = np.lexsort((arrays["step"], arrays["traj"], arrays["group"]))

@@ -21,11 +21,13 @@ value when it takes part, else 0), `step_group_size` (the k = 1 group: GiGPO's),
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 
 from gigpo.advantage.estimators import AdvantageOptions, episode_part, register_estimator, scored
 from gigpo.advantage.rows import StepRows
-from gigpo.advantage.segments import STD_EPS, dense_pair_ids, normalise_in_groups
+from gigpo.advantage.segments import STD_EPS, dense_ids, dense_pair_ids, normalise_in_groups
 
 
 def trajectory_positions(traj_sorted: np.ndarray) -> np.ndarray:
@@ -36,22 +38,24 @@ def trajectory_positions(traj_sorted: np.ndarray) -> np.ndarray:
     return np.arange(n) - np.repeat(starts, lengths)
 
 
-def history_group_advantages(returns: np.ndarray, group: np.ndarray, n_groups: int, anchor: np.ndarray,
-                             position: np.ndarray, depth: int, norm: str):
+def history_group_advantages(returns: np.ndarray, group: np.ndarray, anchor: np.ndarray,
+                             position: np.ndarray, depth: int,
+                             norm: str) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
     """Yield (k, rows, values, sizes) for k = 1..depth+1: the sorted rows that have k states of history,
     their group-normalised returns in the groups keyed by those k states, and the groups' sizes.
 
     All arrays are in (group, traj, step) order, so the anchor k-1 steps back is `anchor[rows - (k-1)]`.
     """
     rows = np.arange(len(returns))
-    key, n_keys = dense_pair_ids(group, n_groups, anchor)
+    state, n_states = dense_ids(anchor)                    # once: each depth then costs one sort
+    key, n_keys = dense_ids(group * n_states + state)      # < N^2: no overflow
     for k in range(1, depth + 2):
         if k > 1:
             keep = position[rows] >= k - 1
             rows, key = rows[keep], key[keep]
             if len(rows) == 0:
                 return
-            key, n_keys = dense_pair_ids(key, n_keys, anchor[rows - (k - 1)])
+            key, n_keys = dense_ids(key * n_states + state[rows - (k - 1)])
         x = returns[rows]
         values = normalise_in_groups(x, key, n_keys, norm, ddof=0)
         values[at_group_mean(x, key, n_keys)] = 0.0
@@ -83,7 +87,7 @@ def hgpo(rows: StepRows, options: AdvantageOptions) -> StepRows:
     weighted = np.zeros(n)        # sum of w * A over the groups with A != 0 (sorted order)
     weights = np.zeros(n)         # sum of those w
     size_sorted = np.ones(n, dtype=np.int64)
-    groups = history_group_advantages(returns[order], group_id[order], n_groups, rows.anchor[order],
+    groups = history_group_advantages(returns[order], group_id[order], rows.anchor[order],
                                       trajectory_positions(layout.traj_id[order]), options.hgpo_history, options.norm)
     for k, members, values, sizes in groups:
         w = float(k + 1) ** options.hgpo_alpha

@@ -209,7 +209,7 @@ def _check(got: StepRows, want: dict) -> None:
     np.testing.assert_array_equal(got.step_group_size, want["step_group_size"])
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(batch=batches(), options=HGPO_OPTIONS)
 def test_hgpo_matches_the_loop_spec(batch, options):
     got = compute_advantages("hgpo", batch.rows(), lam=0.9, step_weight=1.0, similarity=None, **options)
@@ -219,7 +219,7 @@ def test_hgpo_matches_the_loop_spec(batch, options):
     _check(got, want)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(batch=batches(rewards=st.one_of(ANY_REWARDS, st.sampled_from([0.0, 10.0, -0.1]))), options=GRAPH_OPTIONS,
        similarity=st.sampled_from([None, None, 0.6, 0.9]))
 def test_graphgpo_matches_the_loop_spec(batch, options, similarity):
