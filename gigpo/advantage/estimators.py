@@ -1,5 +1,6 @@
 """Advantage estimators (GiGPO, GRPO, RLOO, PPO-GAE) and the registry the trainer picks them from; GiGPO's
-successors HGPO and GraphGPO live in hgpo.py and graphgpo.py and register here too.
+successors HGPO and GraphGPO live in hgpo.py and graphgpo.py, which the package's __init__ imports so that
+they are registered wherever an estimator is looked up.
 
 Definitions, relied upon by the tests and by users (R(tau) = sum of a trajectory's rewards;
 R_t = sum_{k>=t} gamma^(k-t) r_k along the trajectory's rows in step order):
@@ -150,17 +151,17 @@ def get_estimator(name: str) -> Estimator:
 def compute_advantages(
     name: str, rows: StepRows, *, gamma: float, lam: float, step_weight: float, norm: str,
     episode_stats: str, similarity: Optional[float], step_min_spread: float = 0.0, split_versions: bool = False,
-    **successor_options: Any,
+    **successors: Any,
 ) -> StepRows:
     """`rows` with the estimator `name`'s advantages and returns (the trainer's one call; pass AlgorithmConfig's
-    values). `successor_options`: HGPO's and GraphGPO's fields of AdvantageOptions (hgpo_*, graph_*)."""
-    unknown = sorted(set(successor_options) - SUCCESSOR_OPTIONS)
+    values). `successors`: HGPO's and GraphGPO's fields of AdvantageOptions (hgpo_*, graph_*)."""
+    unknown = sorted(set(successors) - SUCCESSOR_OPTIONS)
     if unknown:
         raise AdvantageInputError(f"unknown advantage option(s) {', '.join(unknown)}; valid: "
                                   f"{', '.join(sorted(SUCCESSOR_OPTIONS))}")
     options = AdvantageOptions(
         gamma=gamma, lam=lam, step_weight=step_weight, norm=norm, episode_stats=episode_stats, similarity=similarity,
-        step_min_spread=step_min_spread, split_versions=split_versions, **successor_options,
+        step_min_spread=step_min_spread, split_versions=split_versions, **successors,
     )
     return get_estimator(name)(rows, options)
 
@@ -260,7 +261,3 @@ def ppo(rows: StepRows, options: AdvantageOptions) -> StepRows:
     advantage = layout.reverse_discounted_sum(delta, options.gamma * options.lam)
     n = len(rows)
     return scored(rows, advantage, np.zeros(n), np.zeros(n), np.ones(n, dtype=np.int64), advantage + rows.value)
-
-
-# GiGPO's successors live in their own modules; importing them registers them with every import of this one.
-from gigpo.advantage import graphgpo as _graphgpo, hgpo as _hgpo  # noqa: E402,F401  (registration)
