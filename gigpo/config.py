@@ -276,6 +276,23 @@ class AlgorithmConfig(Section):
     step_min_spread: float = Field(0.0, ge=0.0)
     """GiGPO: step groups whose discounted returns span no more than this get no step advantage (a
     remedy for std normalisation blowing up step-penalty-only differences; 0 keeps every group)."""
+    hgpo_history: int = Field(2, ge=0)
+    """estimator=hgpo: K, the earlier steps in the longest history key (nested groups of 1..K+1 states;
+    the reference recipe: 2 or 4). gigpo/advantage/hgpo.py."""
+    hgpo_alpha: float = 1.0
+    """estimator=hgpo: a group keyed by L - 1 states weighs L**alpha in a step's mean (0: all alike)."""
+    hgpo_episode_group: bool = False
+    """estimator=hgpo: average the episode-level advantage in as one more group (weight 1)."""
+    graph_gamma: float = Field(0.1, ge=0.0, le=1.0)
+    """estimator=graphgpo: a step's return is 10 * graph_gamma**d, d its next state's graph distance to the goal
+    (the reference: 0.1 on ALFWorld, 0.2 on WebShop). gigpo/advantage/graphgpo.py."""
+    graph_episode_weight: float = 1.0
+    """estimator=graphgpo: advantage = step_weight * graph step part + this * episode part."""
+    graph_distance: Literal["absolute", "delta"] = "absolute"
+    """estimator=graphgpo: exponent d(next state), or d(next) - d(state) + 1 (the step's progress)."""
+    graph_goal_return: float = 0.0
+    """estimator=graphgpo: a trajectory reached the goal when its return exceeds this (the reference: > 0;
+    raise it where a failed episode can end above 0, e.g. WebShop's partial scores)."""
     shuffle_advantages: bool = False
     """A placebo control for experiments: permute the advantages across the iteration's rows before the
     update (seeded by trainer.seed and the iteration). The update keeps its size and noise and loses its

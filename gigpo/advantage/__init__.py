@@ -1,4 +1,4 @@
-"""Advantage estimators: pure functions over flat per-step rows (GiGPO, GRPO, RLOO, PPO-GAE).
+"""Advantage estimators: pure functions over flat per-step rows (GiGPO, GRPO, RLOO, PPO-GAE, HGPO, GraphGPO).
 
 The trainer's calls:
     rows = StepRows(group=..., traj=..., step=..., reward=..., anchor=anchor_keys(texts))
@@ -18,6 +18,7 @@ from gigpo.advantage.estimators import (
     register_estimator,
     scored,
 )
+from gigpo.advantage import graphgpo as _graphgpo, hgpo as _hgpo  # noqa: F401  (registers both estimators)
 from gigpo.advantage.jsonl import parse_step_rows, read_advantages, read_step_rows, write_advantages, write_step_rows
 from gigpo.advantage.rows import AdvantageInputError, StepRows
 from gigpo.advantage.sampling import informative_groups

@@ -1,4 +1,6 @@
-"""Advantage estimators (GiGPO, GRPO, RLOO, PPO-GAE) and the registry the trainer picks them from.
+"""Advantage estimators (GiGPO, GRPO, RLOO, PPO-GAE) and the registry the trainer picks them from; GiGPO's
+successors HGPO and GraphGPO live in hgpo.py and graphgpo.py, which the package's __init__ imports so that
+they are registered wherever an estimator is looked up.
 
 Definitions, relied upon by the tests and by users (R(tau) = sum of a trajectory's rewards;
 R_t = sum_{k>=t} gamma^(k-t) r_k along the trajectory's rows in step order):
@@ -12,6 +14,7 @@ R_t = sum_{k>=t} gamma^(k-t) r_k along the trajectory's rows in step order):
   similarity.py), repeat visits of one trajectory included. A step group of one gets 0.
 - grpo: the episode part alone (with norm="std", the default, the original GRPO).
 - rloo: R_i minus the mean return of the group's other trajectories (0 in a group of one).
+- hgpo, graphgpo: GiGPO's successors, defined in hgpo.py and graphgpo.py.
 - ppo: GAE along each trajectory across turns, delta_t = r_t + gamma V_{t+1} - V_t (V = 0 after the
   last step), A_t = delta_t + gamma * lam * A_{t+1}; `returns` = A + V are the critic's targets.
 
@@ -26,8 +29,8 @@ a few lines:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Optional
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -37,6 +40,7 @@ from gigpo.advantage.similarity import check_threshold, similarity_step_groups
 
 NORMS = ("std", "mean")
 EPISODE_STATS = ("trajectory", "steps")
+GRAPH_DISTANCES = ("absolute", "delta")
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,22 @@ class AdvantageOptions:
     """GiGPO: rows acted on by different policy versions never share a step group (the trainer passes
     rollout.group_versions=separate); needs the rows' policy_version, and changes nothing where a batch
     holds one version (every sync-mode batch). False: the off value."""
+    # HGPO and GraphGPO (hgpo.py, graphgpo.py). Defaults: the reference recipes' values; AlgorithmConfig
+    # repeats them and tests/advantage/test_successors.py checks the two agree.
+    hgpo_history: int = 2
+    """HGPO: K, how many earlier steps' states the longest history key holds (groups of 1..K+1 states)."""
+    hgpo_alpha: float = 1.0
+    """HGPO: a group keyed by L - 1 states weighs L**alpha (the episode group: L = 1); 0 weighs all alike."""
+    hgpo_episode_group: bool = False
+    """HGPO: average the episode-level advantage in as one more group (weight 1)."""
+    graph_gamma: float = 0.1
+    """GraphGPO: a step's return is 10 * graph_gamma**d, d the graph distance of its next state to the goal."""
+    graph_episode_weight: float = 1.0
+    """GraphGPO: advantage = step_weight * step part + graph_episode_weight * episode part."""
+    graph_distance: str = "absolute"
+    """GraphGPO: "absolute" uses d(next state); "delta" uses d(next) - d(state) + 1 (the progress of the step)."""
+    graph_goal_return: float = 0.0
+    """GraphGPO: a trajectory reached the goal when its return R(tau) exceeds this (the reference: > 0)."""
 
     def __post_init__(self) -> None:
         for name in ("gamma", "lam"):
@@ -79,6 +99,27 @@ class AdvantageOptions:
             check_threshold(self.similarity)
         if not (np.isfinite(self.step_min_spread) and self.step_min_spread >= 0.0):
             raise AdvantageInputError(f"step_min_spread={self.step_min_spread!r} must be a finite number >= 0")
+        if isinstance(self.hgpo_history, bool) or not isinstance(self.hgpo_history, (int, np.integer)) \
+                or self.hgpo_history < 0:
+            raise AdvantageInputError(f"hgpo_history={self.hgpo_history!r} must be an integer >= 0 "
+                                      "(0: current state only; the reference uses 2 or 4)")
+        if not 0.0 <= self.graph_gamma <= 1.0:
+            raise AdvantageInputError(f"graph_gamma={self.graph_gamma!r} must be in [0, 1] (the reference: 0.1-0.2)")
+        for name in ("hgpo_alpha", "graph_episode_weight", "graph_goal_return"):
+            if not np.isfinite(getattr(self, name)):
+                raise AdvantageInputError(f"{name}={getattr(self, name)!r} must be a finite number")
+        if self.graph_distance not in GRAPH_DISTANCES:
+            raise AdvantageInputError(f"graph_distance={self.graph_distance!r} is unknown; use one of "
+                                      f"{', '.join(GRAPH_DISTANCES)}")
+
+
+SUCCESSOR_OPTIONS = frozenset(f.name for f in fields(AdvantageOptions) if f.name.startswith(("hgpo_", "graph_")))
+
+
+def successor_options(source: object) -> dict[str, Any]:
+    """The hgpo_* and graph_* options of an object carrying them as attributes (AlgorithmConfig, parsed CLI
+    arguments), for compute_advantages."""
+    return {name: getattr(source, name) for name in sorted(SUCCESSOR_OPTIONS)}
 
 
 Estimator = Callable[[StepRows, AdvantageOptions], StepRows]
@@ -110,12 +151,17 @@ def get_estimator(name: str) -> Estimator:
 def compute_advantages(
     name: str, rows: StepRows, *, gamma: float, lam: float, step_weight: float, norm: str,
     episode_stats: str, similarity: Optional[float], step_min_spread: float = 0.0, split_versions: bool = False,
+    **successors: Any,
 ) -> StepRows:
     """`rows` with the estimator `name`'s advantages and returns (the trainer's one call; pass AlgorithmConfig's
-    values)."""
+    values). `successors`: HGPO's and GraphGPO's fields of AdvantageOptions (hgpo_*, graph_*)."""
+    unknown = sorted(set(successors) - SUCCESSOR_OPTIONS)
+    if unknown:
+        raise AdvantageInputError(f"unknown advantage option(s) {', '.join(unknown)}; valid: "
+                                  f"{', '.join(sorted(SUCCESSOR_OPTIONS))}")
     options = AdvantageOptions(
         gamma=gamma, lam=lam, step_weight=step_weight, norm=norm, episode_stats=episode_stats, similarity=similarity,
-        step_min_spread=step_min_spread, split_versions=split_versions,
+        step_min_spread=step_min_spread, split_versions=split_versions, **successors,
     )
     return get_estimator(name)(rows, options)
 

@@ -45,13 +45,15 @@ def _codes(x: np.ndarray) -> tuple[np.ndarray, int]:
     return dense_ids(x)
 
 
-def normalise_in_groups(x: np.ndarray, ids: np.ndarray, n_ids: int, norm: str) -> np.ndarray:
-    """x minus its group mean, divided by (unbiased group std + 1e-6) if norm == "std"; 0 in groups of one."""
+def normalise_in_groups(x: np.ndarray, ids: np.ndarray, n_ids: int, norm: str, ddof: int = 1) -> np.ndarray:
+    """x minus its group mean, divided by (group std + 1e-6) if norm == "std"; 0 in groups of one.
+
+    The std is unbiased (ddof=1, like torch.std) unless `ddof=0` asks for the population std (HGPO's)."""
     count = np.bincount(ids, minlength=n_ids)                       # (n_ids,)
     mean = np.bincount(ids, weights=x, minlength=n_ids) / np.maximum(count, 1)
     out = x - mean[ids]                                             # (N,)
     if norm == "std":
-        var = np.bincount(ids, weights=out * out, minlength=n_ids) / np.maximum(count - 1, 1)
+        var = np.bincount(ids, weights=out * out, minlength=n_ids) / np.maximum(count - ddof, 1)
         out /= np.sqrt(var)[ids] + STD_EPS
     # equal values carry no signal: exactly 0, not the mean's rounding error divided by 1e-6 (about 1e-11)
     uniform = group_spread(x, ids, n_ids) == 0.0

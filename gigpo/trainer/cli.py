@@ -116,7 +116,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a policy with the recipe's algorithm (GiGPO, GRPO, RLOO, PPO)")
+    p = sub.add_parser("train", help="train a policy with the recipe's algorithm (GiGPO, GRPO, RLOO, PPO, HGPO, GraphGPO)")
     p.add_argument("recipe", help="recipe YAML file")
     p.add_argument("overrides", nargs="*", metavar="section.key=value")
     p.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")

@@ -59,7 +59,7 @@ def test_similarity_without_texts_says_what_to_pass():
 
 
 def test_unknown_estimator_lists_the_valid_ones():
-    with pytest.raises(AdvantageInputError, match="unknown estimator 'gipgo'; valid: gigpo, grpo, ppo, rloo"):
+    with pytest.raises(AdvantageInputError, match="unknown estimator 'gipgo'; valid: gigpo, graphgpo, grpo, hgpo, ppo, rloo"):
         compute_advantages("gipgo", rows(), **OPTIONS)
 
 

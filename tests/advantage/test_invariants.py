@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from gigpo.advantage import StepRows, compute_advantages
 from support.tolerance import normalised_tolerance
 
-ESTIMATORS = st.sampled_from(["gigpo", "grpo", "rloo", "ppo"])
+ESTIMATORS = st.sampled_from(["gigpo", "grpo", "rloo", "ppo", "hgpo", "graphgpo"])
 # rewards up to 10 plus shifts up to 100, returns summing up to 3 * 6 of them; up to 4 * 4 * 6 rows a group
 TOLERANCE = normalised_tolerance(magnitude=(10 + 100) * 3 * 6, terms=4 * 4 * 6)
 

@@ -125,7 +125,7 @@ def test_command_line_model_source_replaces_the_recipes() -> None:
 
 
 def test_unknown_estimator_lists_the_valid_ones() -> None:
-    with pytest.raises(RecipeError, match="algorithm.estimator='gipgo' is unknown; valid: gigpo, grpo, ppo, rloo"):
+    with pytest.raises(RecipeError, match="algorithm.estimator='gipgo' is unknown; valid: gigpo, graphgpo, grpo, hgpo, ppo, rloo"):
         load_config(REPO / "recipes" / "sokoban_tiny.yaml", ["algorithm.estimator=gipgo"])
 
 
