@@ -6,7 +6,8 @@ Description
     1 from countertop 2", ...) and is rewarded when the PDDL goal holds.
 Data
     `data_path` (or $ALFWORLD_DATA) names official data (`json_2.1.1/<split>`) or generated tasks
-    (`gigpo envs alfworld-generate`). The reset seed picks the task (`seed % num_tasks`) and seeds
+    (`gigpo envs alfworld-generate`); `task_types`, `scene_range` ([first, last] ALFRED scene numbers) and
+    `max_walkthrough` (the stored expert run's length) keep a subset (gigpo.envs.alfworld.data.TaskFilter). The reset seed picks the task (`seed % num_tasks`) and seeds
     the `random` stream that TextWorld's text grammar and alfworld's expert draw from, so group
     members reset with one seed play the same task with the same texts. Those libraries use
     Python's global `random`; each env swaps its own stream in around every engine call, so
@@ -116,6 +117,8 @@ class ALFWorldEnv(AgentEnv):
         data_path: Optional[str] = None,
         split: str = "train",
         task_types: Optional[Sequence[str]] = None,
+        scene_range: Optional[Sequence[int]] = None,
+        max_walkthrough: Optional[int] = None,
         anchor: Literal["observation", "state", "history"] = "observation",
         anchor_history: int = 2,
         prompt: Literal["history", "memory"] = "history",
@@ -136,7 +139,7 @@ class ALFWorldEnv(AgentEnv):
         if prompt == "memory":
             self.prompt_template = self.memory_prompt_template
         self.memory: Optional[ObservedMemory] = None
-        self.tasks: list[TaskFiles] = find_tasks(data_path, split, task_types)
+        self.tasks: list[TaskFiles] = find_tasks(data_path, split, task_types, scene_range, max_walkthrough)
         self.split = split
         self.anchor_mode = anchor
         self.anchor_history = int(anchor_history)
