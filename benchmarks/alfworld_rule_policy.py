@@ -12,7 +12,8 @@ process, with episode seed = its index, for at most --horizon steps, by:
 It prints one line per task, then success per policy and task type, the rule's share of the expert's
 success, and, with --tokenizer, the prompt length in tokens (chat template, empty system prompt, as in
 recipes/alfworld_smollm2.yaml) of the memory prompt and of the paper's history prompt (last 2 steps) on
-the states the rule visited. The last line is JSON.
+the states the rule visited, and of the memory block alone (the env's preamble, the observation, the
+admissible list and the format line are the rest). The last line is JSON.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ SUBSET = ["pick_and_place_simple", "look_at_obj_in_light"]
 def play_env(env: ALFWorldEnv, index: int, horizon: int, rule: bool, tokenizer: Any = None) -> dict[str, Any]:
     observation, info = env.reset(seed=index, options={"task_index": index})
     history: list[tuple[str, str]] = []
-    memory_tokens, history_tokens, actions = [], [], []
+    memory_tokens, history_tokens, block_tokens, actions = [], [], [], []
     for step in range(horizon):
         if rule:
             prompt = render_prompt(env.prompt_template, env.task, step + 1, horizon, observation, [], 0,
@@ -51,6 +52,7 @@ def play_env(env: ALFWorldEnv, index: int, horizon: int, rule: bool, tokenizer: 
                                       2, info["admissible_actions"], env.action_format)
                 memory_tokens.append(_tokens(tokenizer, prompt))
                 history_tokens.append(_tokens(tokenizer, paper))
+                block_tokens.append(len(tokenizer(info["memory"], add_special_tokens=False)["input_ids"]))
         else:
             action = info.get("expert_action") or "look"
         history.append((observation, action))
@@ -59,7 +61,7 @@ def play_env(env: ALFWorldEnv, index: int, horizon: int, rule: bool, tokenizer: 
         if terminated:
             break
     return {"won": env.won(), "steps": len(actions), "actions": actions,
-            "memory_tokens": memory_tokens, "history_tokens": history_tokens}
+            "memory_tokens": memory_tokens, "history_tokens": history_tokens, "block_tokens": block_tokens}
 
 
 def _tokens(tokenizer: Any, user: str) -> int:
@@ -107,7 +109,8 @@ def main() -> None:
         rows.append({"task": task.path.parent.name, "type": task.task_type, "scene": task.scene,
                      "rule": rule["won"], "rule_steps": rule["steps"], "expert": expert["won"],
                      "expert_steps": expert["steps"], "stock": stock_won, "stock_steps": len(stock_commands),
-                     "memory_tokens": rule["memory_tokens"], "history_tokens": rule["history_tokens"]})
+                     "memory_tokens": rule["memory_tokens"], "history_tokens": rule["history_tokens"],
+                     "block_tokens": rule["block_tokens"]})
         print(f"{task.path.parent.name:<56} rule {'won ' if rule['won'] else 'LOST'} {rule['steps']:>2} | "
               f"expert {'won ' if expert['won'] else 'LOST'} {expert['steps']:>2}"
               + (f" | stock {'won ' if stock_won else 'LOST'} {len(stock_commands):>2}" if args.stock else ""), flush=True)
@@ -133,7 +136,8 @@ def main() -> None:
               f"rule/expert {result[name]['rule_over_expert']}")
     if tokenizer is not None:
         result["prompt_tokens"] = {"memory": _spread([t for r in rows for t in r["memory_tokens"]]),
-                                   "history_last2": _spread([t for r in rows for t in r["history_tokens"]])}
+                                   "history_last2": _spread([t for r in rows for t in r["history_tokens"]]),
+                                   "memory_block_alone": _spread([t for r in rows for t in r["block_tokens"]])}
         print(f"prompt tokens ({args.tokenizer}): {result['prompt_tokens']}")
     print(json.dumps(result))
 

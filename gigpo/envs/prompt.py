@@ -31,7 +31,8 @@ from gigpo.models.chat_template import PLAIN_TEXT, fix_hint, load_template
 
 PROMPT_CACHE_SIZE = 200_000
 """Distinct prompts kept tokenised; the cache starts over when full."""
-FIELDS = ("task", "step", "max_steps", "history", "past_actions", "memory", "observation", "admissible_actions", "action_format")
+FIELDS = ("task", "step", "max_steps", "history", "past_actions", "memory", "observation", "admissible_actions",
+          "action_format")
 DEFAULT_TEMPLATE = (
     "{task}\n"
     "{history}"
