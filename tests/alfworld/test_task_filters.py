@@ -11,6 +11,7 @@ from gigpo.config import EnvConfig
 from gigpo.envs.alfworld import ENV_ID
 from gigpo.envs.alfworld.data import find_tasks
 from gigpo.envs.alfworld.env import ALFWorldEnv
+from gigpo.envs.alfworld.evaluate import evaluate, expert_policy
 from gigpo.envs.alfworld.game import GAME_FILE, TRAJ_FILE
 
 
@@ -59,6 +60,12 @@ def test_env_and_recipe_take_the_filters(sample_data: Path) -> None:
     assert EnvConfig(id=ENV_ID, kwargs=kwargs).kwargs["scene_range"] == [201, 430]
     with pytest.raises(ValueError, match="scene_ranges"):
         EnvConfig(id=ENV_ID, kwargs={"scene_ranges": [1, 2]})
+    # Evaluation plays each kept task once (not the unfiltered count, which would wrap seeds onto repeats).
+    result = evaluate(expert_policy, str(sample_data), split="valid_unseen", workers=1,
+                      env_kwargs={"expert": True, "scene_range": [201, 430], "max_walkthrough": 15})
+    kept = find_tasks(str(sample_data), "valid_unseen", scene_range=[201, 430], max_walkthrough=15)
+    assert result.episodes == len(kept) == 2 and result.wins == 2
+    assert set(result.by_type) == {t.task_type for t in kept}
 
 
 @pytest.mark.parametrize(("kwargs", "error", "message"), [
