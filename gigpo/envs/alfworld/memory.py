@@ -20,7 +20,7 @@ _IN = re.compile(r"The (.+?) is open\. In it, you see (.+?)\.")
 _CLOSED = re.compile(r"The (.+?) is closed\.")
 _OPENED = re.compile(r"You open the (.+?)\.")
 _SHUT = re.compile(r"You close the (.+?)\.")
-_TAKE = re.compile(r"You pick up the (.+?) from the (.+?)\.")
+_TAKE = re.compile(r"You pick up the (.+?)(?: from the (.+?))?\.")
 _PUT = re.compile(r"You (?:move|put) the (.+?) (?:to|in|on|into|onto) the (.+?)\.")
 _CHANGE = re.compile(r"You (heat|cool|clean) the (.+?) using the (.+?)\.")
 _STATE_WORD = {"heat": "hot", "cool": "cool", "clean": "clean"}
@@ -91,7 +91,7 @@ class ObservedMemory:
         if taken:
             obj, recep = taken.groups()
             self.holding.append(obj)
-            if self.seen.get(recep) and obj in self.seen[recep]:  # type: ignore[operator]
+            if recep and self.seen.get(recep) and obj in self.seen[recep]:  # type: ignore[operator]
                 self.seen[recep].remove(obj)  # type: ignore[union-attr]
         put = _PUT.search(feedback)
         if put:
