@@ -4,10 +4,11 @@ The prompt holds the task, the step counter, the last K (observation, action) pa
 observation, the admissible actions and the format instruction, rendered by a Python format string
 with these fields:
 
-    {task} {step} {max_steps} {history} {past_actions} {memory} {observation} {admissible_actions} {action_format}
+    {task} {step} {max_steps} {history} {past_actions} {memory} {observation} {admissible_actions}
+    {action_format}
 
-`{history}`, `{past_actions}`, `{memory}` and `{admissible_actions}` are whole lines, or empty when there is nothing to
-show. `{past_actions}` lists every action of the episode so far, oldest first, without their observations
+`{history}`, `{past_actions}`, `{memory}` and `{admissible_actions}` are whole lines, or empty when there is
+nothing to show. `{past_actions}` lists every action of the episode so far, oldest first, without their observations
 (`history_length` does not cut it): a few tokens a step give a policy the memory a searching expert keeps
 (which places it has already visited), where whole observations would fill the prompt. `{memory}` is the
 env's own summary of what the agent has observed so far (`info["memory"]`, e.g. ALFWorld's `prompt: memory`:

@@ -7,9 +7,10 @@ Description
 Data
     `data_path` (or $ALFWORLD_DATA) names official data (`json_2.1.1/<split>`) or generated tasks
     (`gigpo envs alfworld-generate`); `task_types`, `scene_range` ([first, last] ALFRED scene numbers) and
-    `max_walkthrough` (the stored expert run's length) keep a subset (gigpo.envs.alfworld.data.TaskFilter). The reset seed picks the task (`seed % num_tasks`) and seeds
-    the `random` stream that TextWorld's text grammar and alfworld's expert draw from, so group
-    members reset with one seed play the same task with the same texts. Those libraries use
+    `max_walkthrough` (the stored expert run's length) keep a subset (gigpo.envs.alfworld.data.TaskFilter).
+    The reset seed picks the task (`seed % num_tasks`) and seeds the `random` stream that TextWorld's
+    text grammar and alfworld's expert draw from, so group members reset with one seed play the same
+    task with the same texts. Those libraries use
     Python's global `random`; each env swaps its own stream in around every engine call, so
     episodes sharing a worker process do not disturb each other (or the caller's `random`).
 Action space
