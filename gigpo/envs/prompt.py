@@ -4,12 +4,15 @@ The prompt holds the task, the step counter, the last K (observation, action) pa
 observation, the admissible actions and the format instruction, rendered by a Python format string
 with these fields:
 
-    {task} {step} {max_steps} {history} {past_actions} {observation} {admissible_actions} {action_format}
+    {task} {step} {max_steps} {history} {past_actions} {memory} {observation} {admissible_actions}
+    {action_format}
 
-`{history}`, `{past_actions}` and `{admissible_actions}` are whole lines, or empty when there is nothing to
-show. `{past_actions}` lists every action of the episode so far, oldest first, without their observations
+`{history}`, `{past_actions}`, `{memory}` and `{admissible_actions}` are whole lines, or empty when there is
+nothing to show. `{past_actions}` lists every action of the episode so far, oldest first, without their observations
 (`history_length` does not cut it): a few tokens a step give a policy the memory a searching expert keeps
-(which places it has already visited), where whole observations would fill the prompt.
+(which places it has already visited), where whole observations would fill the prompt. `{memory}` is the
+env's own summary of what the agent has observed so far (`info["memory"]`, e.g. ALFWorld's `prompt: memory`:
+places visited and not, what was seen where), empty for envs that keep none.
 The template comes from the recipe (`env.prompt_template`) if set, else from the env's
 `prompt_template` attribute, else `DEFAULT_TEMPLATE`. Prompts are short on purpose: on CPU, and for
 small models, every token counts.
@@ -29,7 +32,8 @@ from gigpo.models.chat_template import PLAIN_TEXT, fix_hint, load_template
 
 PROMPT_CACHE_SIZE = 200_000
 """Distinct prompts kept tokenised; the cache starts over when full."""
-FIELDS = ("task", "step", "max_steps", "history", "past_actions", "observation", "admissible_actions", "action_format")
+FIELDS = ("task", "step", "max_steps", "history", "past_actions", "memory", "observation", "admissible_actions",
+          "action_format")
 DEFAULT_TEMPLATE = (
     "{task}\n"
     "{history}"
@@ -54,8 +58,8 @@ def check_template(template: str) -> str:
 
 def render_prompt(template: str, task: str, step: int, max_steps: int, observation: str,
                   history: Sequence[tuple[str, str]], history_length: int,
-                  admissible_actions: Optional[Sequence[str]], action_format: str) -> str:
-    """The user message for one step; `step` is 1-based, `history` is oldest first."""
+                  admissible_actions: Optional[Sequence[str]], action_format: str, memory: str = "") -> str:
+    """The user message for one step; `step` is 1-based, `history` is oldest first, `memory` whole lines."""
     recent = list(history)[-history_length:] if history_length > 0 else []
     shown = ""
     if recent:
@@ -64,7 +68,15 @@ def render_prompt(template: str, task: str, step: int, max_steps: int, observati
     past = f"Actions so far: {'; '.join(action for _, action in history)}\n" if history else ""
     actions = f"Admissible actions: {', '.join(admissible_actions)}\n" if admissible_actions else ""
     return template.format(task=task, step=step, max_steps=max_steps, history=shown, past_actions=past,
-                           observation=observation, admissible_actions=actions, action_format=action_format)
+                           memory=memory, observation=observation, admissible_actions=actions, action_format=action_format)
+
+
+def view_prompt(view: EpisodeView, max_steps: int, history_length: int, template: Optional[str] = None) -> str:
+    """The user message for an episode view: `template`, else the env's, else `DEFAULT_TEMPLATE`."""
+    template = template or (check_template(view.prompt_template) if view.prompt_template else DEFAULT_TEMPLATE)
+    return render_prompt(template, view.task, view.step + 1, max_steps, view.observation, view.history,
+                         history_length, view.admissible_actions, view.action_format,
+                         memory=view.info.get("memory", ""))
 
 
 def accepts_system_role(tokenizer: Any, chat_template: Optional[str] = None) -> bool:
@@ -110,10 +122,7 @@ class PromptBuilder:
                                and not accepts_system_role(tokenizer, self.chat_template))
 
     def messages(self, view: EpisodeView) -> list[dict[str, str]]:
-        template = self.template or (check_template(view.prompt_template) if view.prompt_template
-                                     else DEFAULT_TEMPLATE)
-        user = render_prompt(template, view.task, view.step + 1, self.max_steps, view.observation, view.history,
-                             self.history_length, view.admissible_actions, view.action_format)
+        user = view_prompt(view, self.max_steps, self.history_length, self.template)
         if self.system is None:
             return [{"role": "user", "content": user}]
         if self.system_in_user:

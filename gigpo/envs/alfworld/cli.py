@@ -31,8 +31,10 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from gigpo.envs.alfworld.evaluate import evaluate, expert_policy
 
+    filters = {"scene_range": args.scene_range, "max_walkthrough": args.max_walkthrough}
     result = evaluate(expert_policy, args.data, split=args.split, task_types=args.task_types, episodes=args.episodes,
-                      workers=args.workers, max_steps=args.max_steps, env_kwargs={"expert": True})
+                      workers=args.workers, max_steps=args.max_steps,
+                      env_kwargs={"expert": True, **{k: v for k, v in filters.items() if v is not None}})
     print(result.summary())
     return 0
 
@@ -62,6 +64,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--data", default=None, help="data root (default: $ALFWORLD_DATA)")
     p.add_argument("--split", choices=SPLITS, default="valid_unseen")
     p.add_argument("--task-types", nargs="+", choices=TASK_TYPES, default=None, metavar="TYPE")
+    p.add_argument("--scene-range", nargs=2, type=int, default=None, metavar=("FIRST", "LAST"),
+                   help="only ALFRED scenes FIRST..LAST (1-30 kitchens, 201-230 living rooms, 301-330 bedrooms, "
+                   "401-430 bathrooms)")
+    p.add_argument("--max-walkthrough", type=_positive_int, default=None,
+                   help="only tasks whose stored expert walkthrough has at most this many steps")
     p.add_argument("--episodes", type=_positive_int, default=None, help="default: every task of the split once")
     p.add_argument("--workers", type=_positive_int, default=None, help="env worker processes (default: core count)")
     p.add_argument("--max-steps", type=_positive_int, default=MAX_STEPS)

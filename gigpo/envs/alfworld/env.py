@@ -6,9 +6,11 @@ Description
     1 from countertop 2", ...) and is rewarded when the PDDL goal holds.
 Data
     `data_path` (or $ALFWORLD_DATA) names official data (`json_2.1.1/<split>`) or generated tasks
-    (`gigpo envs alfworld-generate`). The reset seed picks the task (`seed % num_tasks`) and seeds
-    the `random` stream that TextWorld's text grammar and alfworld's expert draw from, so group
-    members reset with one seed play the same task with the same texts. Those libraries use
+    (`gigpo envs alfworld-generate`); `task_types`, `scene_range` ([first, last] ALFRED scene numbers) and
+    `max_walkthrough` (the stored expert run's length) keep a subset (gigpo.envs.alfworld.data.TaskFilter).
+    The reset seed picks the task (`seed % num_tasks`) and seeds the `random` stream that TextWorld's
+    text grammar and alfworld's expert draw from, so group members reset with one seed play the same
+    task with the same texts. Those libraries use
     Python's global `random`; each env swaps its own stream in around every engine call, so
     episodes sharing a worker process do not disturb each other (or the caller's `random`).
 Action space
@@ -26,6 +28,12 @@ Anchor
     the observation plus the last `anchor_history` (observation, action) pairs that led to it, so equal
     texts reached along different recent paths are different keys (invalid actions, which change nothing,
     are not part of the path).
+Prompt
+    `prompt="history"` (default): the GiGPO paper's prompt, the task, the last K steps, the current observation
+    and the admissible actions. `prompt="memory"`: the task, the receptacles not yet visited (in the room's
+    order), what was seen in each visited one, where the agent is and what it holds, the current observation
+    and the admissible actions (`info["memory"]`, the `{memory}` template field; gigpo/envs/alfworld/memory.py),
+    kept from the texts the agent has read, never from the engine's state or the expert.
 Info
     `task_type` (also the env's `task_type` attribute) and `task_path`. With `expert=True`, the
     fixed hand-coded expert's next command is `info["expert_action"]` and `expert_action()` (the
@@ -39,6 +47,7 @@ from typing import Any, Iterator, Literal, Optional, Sequence
 
 from gigpo.envs.alfworld.data import find_tasks
 from gigpo.envs.alfworld.game import TaskFiles, expert_action, load_game_data, load_into, make_engine
+from gigpo.envs.alfworld.memory import ObservedMemory
 from gigpo.envs.base import INVALID_ACTION_PENALTY, AgentEnv, rng_seed
 
 WELCOME_BANNER = "-= Welcome to TextWorld, ALFRED! =-"
@@ -93,6 +102,15 @@ class ALFWorldEnv(AgentEnv):
         "{admissible_actions}"
         "{action_format}"
     )
+    #: `prompt="memory"`: the episode's observed memory replaces the recent steps (module docstring, "Prompt").
+    memory_prompt_template = (
+        "You are an expert agent operating in the ALFRED embodied environment.\n"
+        "Your task is to: {task}\n"
+        "{memory}"
+        "Current observation:\n{observation}\n"
+        "{admissible_actions}"
+        "{action_format}"
+    )
     expert_kwarg = "expert"
 
     def __init__(
@@ -100,8 +118,11 @@ class ALFWorldEnv(AgentEnv):
         data_path: Optional[str] = None,
         split: str = "train",
         task_types: Optional[Sequence[str]] = None,
+        scene_range: Optional[Sequence[int]] = None,
+        max_walkthrough: Optional[int] = None,
         anchor: Literal["observation", "state", "history"] = "observation",
         anchor_history: int = 2,
+        prompt: Literal["history", "memory"] = "history",
         expert: bool = False,
         win_reward: float = 10.0,
         invalid_action_penalty: float = INVALID_ACTION_PENALTY,
@@ -112,7 +133,14 @@ class ALFWorldEnv(AgentEnv):
             raise ValueError(f"anchor={anchor!r} must be 'observation', 'state' or 'history'")
         if anchor_history < 1:
             raise ValueError(f"anchor_history={anchor_history} must be at least 1 (the pairs before the observation)")
-        self.tasks: list[TaskFiles] = find_tasks(data_path, split, task_types)
+        if prompt not in ("history", "memory"):
+            raise ValueError(f"prompt={prompt!r} must be 'history' (the paper's: last K steps) or 'memory' "
+                             "(receptacles visited and not, what was seen where, what is held)")
+        self.prompt_mode = prompt
+        if prompt == "memory":
+            self.prompt_template = self.memory_prompt_template
+        self.memory: Optional[ObservedMemory] = None
+        self.tasks: list[TaskFiles] = find_tasks(data_path, split, task_types, scene_range, max_walkthrough)
         self.split = split
         self.anchor_mode = anchor
         self.anchor_history = int(anchor_history)
@@ -160,6 +188,7 @@ class ALFWorldEnv(AgentEnv):
         )
         self.task, observation = split_intro(self._state["feedback"])
         self._path = []
+        self.memory = ObservedMemory.start(observation)
         self.task_type = task.task_type
         return observation, self._extra()
 
@@ -168,6 +197,8 @@ class ALFWorldEnv(AgentEnv):
         with self._own_random():
             self._state, _, _ = self._engine.step(action)
         self._won = bool(self._state["won"])
+        assert self.memory is not None
+        self.memory.update(action, self._state["feedback"])
         reward = self.win_reward if self._won else 0.0
         return self._state["feedback"].strip(), reward, self._won, self._extra()
 
@@ -197,6 +228,12 @@ class ALFWorldEnv(AgentEnv):
         if not self.with_expert or self._state is None:
             return None
         return expert_action(self._state)
+
+    def _info(self, valid: bool, reason: str, action: Optional[str], extra: dict[str, Any]) -> dict[str, Any]:
+        info = super()._info(valid, reason, action, extra)
+        if self.prompt_mode == "memory" and self.memory is not None:  # also after an invalid action
+            info["memory"] = self.memory.render()
+        return info
 
     def _extra(self) -> dict[str, Any]:
         assert self._task_files is not None

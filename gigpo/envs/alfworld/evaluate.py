@@ -82,7 +82,8 @@ def evaluate(
 
     Episode i resets with seed `seed_start + i`, i.e. task `(seed_start + i) % num_tasks`.
     """
-    tasks = find_tasks(data_path, split, task_types)
+    filters = {key: (env_kwargs or {}).get(key) for key in ("scene_range", "max_walkthrough")}
+    tasks = find_tasks(data_path, split, task_types, **filters)  # the env's own task list: one episode a task
     episodes = len(tasks) if episodes is None else episodes
     if episodes < 1:
         raise ValueError(f"episodes={episodes} must be at least 1")

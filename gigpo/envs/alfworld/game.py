@@ -2,9 +2,15 @@
 
 The stack is `PddlEnv` (the PDDL engine, Fast Downward's successor generator) under alfworld's
 `AlfredDemangler` (encoded ALFRED ids -> "mug 1") and, when asked, `AlfredExpert` (the hand-coded
-expert, which puts its next command in `extra.expert_plan`). We subclass the expert only to fix
-one bug of alfworld 0.4.2: the grammar emits "move X to Y" but the expert's state tracker only
-recognises "put", so it loses track of what it holds and fails pick-two and some clean tasks.
+expert, which puts its next command in `extra.expert_plan`). We subclass the expert to fix two
+faults of alfworld 0.4.2:
+- the grammar emits "move X to Y" but the expert's state tracker only recognises "put", so it loses
+  track of what it holds and fails pick-two and some clean tasks;
+- its list of receptacles to search is rebuilt from the whole room at every search subgoal, so after
+  finding the object it searches again, for the lamp or the second object, receptacles it has already
+  looked into (a `look_at_obj_in_light` sample: 32 steps, 11 of them re-searching). `SearchOnce` drops
+  from a new search list every receptacle the expert has looked into without seeing the class it seeks.
+  Demonstrations then never search a receptacle twice for the same object.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import fast_downward
 import textworld
 from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert
 from alfworld.agents.expert import HandCodedTWAgent
+from alfworld.agents.expert.handcoded_expert import BasePolicy
 from alfworld.agents.utils.misc import add_task_to_grammar
 from textworld.envs import PddlEnv
 
@@ -27,19 +34,79 @@ from gigpo.envs.alfworld.spec import GAME_FILE, MAX_STEPS, SPLITS, TASK_TYPES, T
 EXPERT_MAX_STEPS = 200
 
 
+class SearchOnce:
+    """Mixin over one of alfworld's hand-coded task policies: a search never goes back to a receptacle
+    the policy has already looked into and seen without the class it now seeks.
+
+    The policy assigns `receptacles_to_check` whenever it starts a search (the whole room, its priors
+    last) and pops from it; a property filters each new list. What was looked into is recorded in
+    `observe`, from the text that shows a receptacle's contents ("On the X, you see ...", "The X is
+    open. In it, you see ..."). If the filter would leave nothing (every receptacle looked into), the list
+    stays whole: searching again beats giving up. Searches for a receptacle type (where to put the
+    object) are not filtered: any receptacle of the type will do.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._looked_inside: dict[str, set[str]] = {}  # receptacle -> object classes seen in it
+        self._to_check: list[str] = []
+        super().__init__(*args, **kwargs)
+
+    @property
+    def receptacles_to_check(self) -> list[str]:
+        return self._to_check
+
+    @receptacles_to_check.setter
+    def receptacles_to_check(self, receptacles: list[str]) -> None:
+        sought = self._sought_object_class()
+        kept = [r for r in receptacles
+                if sought is None or r not in self._looked_inside or sought in self._looked_inside[r]]
+        self._to_check = kept or list(receptacles)
+
+    def _sought_object_class(self) -> Optional[str]:
+        policy: Any = self
+        subgoals, index = getattr(policy, "subgoals", []), getattr(policy, "subgoal_idx", 0)
+        if not 0 <= index < len(subgoals) or subgoals[index]["action"] != "find":
+            return None
+        sought = subgoals[index]["param"]
+        return None if sought in BasePolicy.RECEPTACLES else sought
+
+    def observe(self, obs: str) -> None:
+        super().observe(obs)  # type: ignore[misc]
+        policy: Any = self
+        here = policy.curr_recep
+        if here and (f"On the {here}, you see" in obs or f"The {here} is open. In it, you see" in obs):
+            self._looked_inside[here] = {policy.object_id_to_cls(o) for o in policy.visible_objects}
+
+
+@lru_cache(maxsize=None)
+def _search_once(policy_class: type) -> type:
+    return type(f"{policy_class.__name__}SearchOnce", (SearchOnce, policy_class), {})
+
+
+class SearchOnceTWAgent(HandCodedTWAgent):
+    """alfworld's hand-coded TextWorld agent whose task policies search each receptacle once (`SearchOnce`)."""
+
+    def get_task_policy(self, task_param: dict[str, Any]) -> type:
+        return _search_once(super().get_task_policy(task_param))
+
+
 class FixedAlfredExpert(AlfredExpert):
-    """alfworld's hand-coded expert with the "move"/"put" mismatch fixed, loadable from game data.
+    """alfworld's hand-coded expert with the "move"/"put" mismatch fixed, loadable from game data, and
+    (`search_once`, the default) the re-search fixed.
 
     `load(game_data, task_dir)` takes the parsed game (so a goal can be filled into the grammar in
     memory) and the folder whose traj_data.json tells the expert what the task is.
     """
+
+    search_once: bool = True
 
     def load(self, game_data: dict[str, Any], task_dir: str) -> None:  # type: ignore[override]
         textworld.core.Wrapper.load(self, game_data)
         # HandCodedAgent.reset reads dirname(gamefile)/traj_data.json.
         self.gamefile = str(Path(task_dir) / GAME_FILE)
         self.request_infos.facts = True
-        self._handcoded_expert = HandCodedTWAgent(max_steps=EXPERT_MAX_STEPS)
+        agent_class = SearchOnceTWAgent if self.search_once else HandCodedTWAgent
+        self._handcoded_expert = agent_class(max_steps=EXPERT_MAX_STEPS)
 
     def step(self, command: str):
         self.state, reward, done = textworld.core.Wrapper.step(self, command)
@@ -66,6 +133,9 @@ class TaskFiles:
     pddl_params: dict[str, Any]
     generated: bool = False
     """Made by `gigpo envs alfworld-generate`, not an official ALFWorld task."""
+    scene: Optional[int] = None
+    """ALFRED floor plan number (traj_data's `scene.scene_num`): 1-30 kitchens, 201-230 living rooms,
+    301-330 bedrooms, 401-430 bathrooms; None if the file does not say."""
 
     @classmethod
     def read(cls, folder: str | Path) -> "TaskFiles":
@@ -74,7 +144,9 @@ class TaskFiles:
         if not traj_path.is_file() or not game_path.is_file():
             raise FileNotFoundError(f"{folder} is not an ALFWorld task folder: it needs {TRAJ_FILE} and {GAME_FILE}")
         traj = json.loads(traj_path.read_text())
-        return cls(folder, traj["task_type"], traj["pddl_params"], "generator" in traj)
+        scene = (traj.get("scene") or {}).get("scene_num")
+        return cls(folder, traj["task_type"], traj["pddl_params"], "generator" in traj,
+                   int(scene) if scene is not None else None)
 
 
 def load_game_data(task: TaskFiles) -> dict[str, Any]:
@@ -115,13 +187,16 @@ def use_translation_cache() -> None:
     fast_downward.pddl2sas = _memo_pddl2sas
 
 
-def make_engine(expert: bool) -> textworld.core.Environment:
-    """PddlEnv -> AlfredDemangler [-> FixedAlfredExpert], asking for what the agent env reports."""
+def make_engine(expert: bool, search_once: bool = True) -> textworld.core.Environment:
+    """PddlEnv -> AlfredDemangler [-> FixedAlfredExpert], asking for what the agent env reports.
+
+    `search_once=False` keeps the expert's re-search (the generator's check, see `play_expert`)."""
     use_translation_cache()
     infos = textworld.EnvInfos(admissible_commands=True, won=True, facts=True, extras=["expert_plan"] if expert else [])
     env: textworld.core.Environment = AlfredDemangler(PddlEnv(infos))
     if expert:
         env = FixedAlfredExpert(env)
+        env.search_once = search_once
     return env
 
 
@@ -137,12 +212,15 @@ def expert_action(state: Any) -> Optional[str]:
     return plan[0] if plan else None
 
 
-def play_expert(task: TaskFiles, data: dict[str, Any], max_steps: int, seeds: Sequence[int] = (0,)) -> Optional[list[str]]:
+def play_expert(task: TaskFiles, data: dict[str, Any], max_steps: int, seeds: Sequence[int] = (0,),
+                search_once: bool = False) -> Optional[list[str]]:
     """Run the fixed expert once per seed (global `random` seeded with it) on one loaded game.
 
     Returns the first run's commands if the expert wins within max_steps under every seed, else None.
+    The generator calls it with `search_once=False`, the expert it was written with: the tasks it accepts
+    and the walkthroughs it stores stay byte-identical to those already generated and cached.
     """
-    engine = make_engine(expert=True)
+    engine = make_engine(expert=True, search_once=search_once)
     load_into(engine, task, data)
     first: Optional[list[str]] = None
     for seed in seeds:
