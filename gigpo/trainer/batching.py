@@ -99,6 +99,8 @@ class MicroBatch:
     """Passed to the model: the last k columns (padded) or these column indices (packed)."""
     kept_index: Tensor      # (n, Rmax) into the flattened (B * kept) LM-head outputs
     kept_targets: Tensor    # (n, Rmax) int64, the response tokens: kept position kept_index[i, j] predicts kept_targets[i, j]
+    kept_used: Tensor       # (U,) the distinct kept positions that kept_index reads, sorted
+    kept_slot: Tensor       # (n * Rmax,) each kept_index entry's index into kept_used (losses.distinct_rows)
     predict_index: Tensor   # (n, Rmax) into the flattened (B * W) positions (for per-position heads)
     mask: Tensor            # (n, Rmax) float32, 1 on real response tokens
     num_real_tokens: int
@@ -116,7 +118,7 @@ class MicroBatch:
             attention = additive_mask(attention, dtype)
         return MicroBatch(self.sample_indices, move(self.input_ids), move(self.position_ids),
                           attention, move(self.logits_to_keep), move(self.kept_index),
-                          move(self.kept_targets), move(self.predict_index), move(self.mask), self.num_real_tokens,
+                          move(self.kept_targets), move(self.kept_used), move(self.kept_slot), move(self.predict_index), move(self.mask), self.num_real_tokens,
                           self.dummy, {k: move(v) for k, v in self.fields.items()})
 
     @property
@@ -460,8 +462,10 @@ def collate(samples: Sequence[TrainSample], indices: Sequence[int], dummy: bool 
     real = sum(len(s) for s in chosen)
     if layout == "shared":  # each distinct prompt is laid out once
         real = sum(len(s.response_ids) for s in chosen) + sum(len(p) for p in {tuple(s.prompt_ids) for s in chosen})
+    # the distinct kept positions read, found here on the CPU: on a GPU torch.unique would wait for the device
+    kept_used, kept_slot = torch.unique(kept_index, return_inverse=True)
     return MicroBatch(list(indices), input_ids, position_ids, attention_mask, logits_to_keep, kept_index,
-                      kept_targets, predict_index, mask, real, dummy, fields)
+                      kept_targets, kept_used, kept_slot.reshape(-1), predict_index, mask, real, dummy, fields)
 
 
 def unpad(values: Tensor, mask: Tensor) -> list[Tensor]:

@@ -34,7 +34,8 @@ from gigpo.infra.cpu_bf16 import bf16_matmuls  # noqa: E402
 from gigpo.infra.seeds import minibatch_seed  # noqa: E402
 from gigpo.trainer.batching import (Layout, MicroBatch, Plan, TrainSample, collate, filler_sample,  # noqa: E402
                                     pad_plan, plan_micro_batches, unpad)
-from gigpo.trainer.losses import aggregate, kl_k3, policy_loss, token_logp_entropy, value_loss  # noqa: E402
+from gigpo.trainer.losses import (LOGIT_CHUNK_ROWS, aggregate, kl_k3, policy_loss, token_logp_entropy,  # noqa: E402
+                                  value_loss)
 from gigpo.trainer import lora  # noqa: E402
 from gigpo.trainer.rollout_correction import (Correction, SUM as CORRECTION_SUM, corrected_policy_loss,  # noqa: E402
                                                correction_from_config, correction_means,
@@ -212,6 +213,9 @@ class _MicroBatchedModel:
 
 
 class _PolicyForward(_MicroBatchedModel):
+    logit_chunk_rows: int = LOGIT_CHUNK_ROWS
+    """Kept positions per fp32 chunk of the log-softmax (losses.LOGIT_CHUNK_ROWS)."""
+
     def _call(self, mb: MicroBatch) -> Tensor:
         """(B * kept, V) raw logits, in the model's dtype, at the kept positions of every row."""
         with bf16_matmuls(self.settings.dtype):
@@ -226,11 +230,12 @@ class _PolicyForward(_MicroBatchedModel):
         """(n, Rmax) log-probs of the response tokens (and entropies), from the kept positions only."""
         logits = self._call(mb)  # (B * kept, V)
         # one kept position may predict several samples' tokens (the shared layout's prompt end), and some
-        # kept positions predict none (padding): each distinct position read gets its log-normaliser once,
-        # in chunks of fp32 rows, so a (tokens x vocabulary) fp32 tensor is never materialised (losses.py)
-        used, slot = torch.unique(mb.kept_index, return_inverse=True)
-        logp, entropy = token_logp_entropy(logits.index_select(0, used), mb.kept_targets.reshape(-1),
-                                           self.settings.temperature, with_entropy, rows=slot.reshape(-1))
+        # kept positions predict none (padding): each distinct position read (found at collate time) gets its
+        # log-normaliser once, in chunks of fp32 rows both ways, so neither a (tokens x vocabulary) fp32
+        # tensor nor more than one (kept x vocabulary) gradient is ever materialised (losses.py)
+        logp, entropy = token_logp_entropy(logits, mb.kept_targets.reshape(-1), self.settings.temperature,
+                                           with_entropy, chunk_rows=self.logit_chunk_rows,
+                                           rows=mb.kept_index.reshape(-1), distinct=(mb.kept_used, mb.kept_slot))
         shape = mb.kept_index.shape
         return logp.view(shape), (entropy.view(shape) if with_entropy else None)
 
