@@ -99,6 +99,20 @@ def old_logprobs_from_generator(config: Any) -> bool:
     return config.rollout.backend == "hf" and config.model.dtype == "fp32" and config.rollout.temperature == 1.0
 
 
+def logp_gap_due(config: Any, iteration: int) -> bool:
+    """Whether `iteration` (from 1) measures the generator-trainer gap `rollout/logp_gap_*` (rollout.logp_gap_every)."""
+    every = config.rollout.logp_gap_every
+    return every > 0 and (iteration - 1) % every == 0
+
+
+def generator_logprobs_needed(config: Any, iteration: int) -> bool:
+    """Whether the rollout trained on in `iteration` must ask the generator for the sampled tokens' log-probs:
+    the rollout correction and old log-probs taken from the generator read them every iteration, the gap
+    metric on the iterations it is due. Otherwise vLLM computes none (SamplingSettings.logprobs)."""
+    return (correction_from_config(config) is not None or old_logprobs_from_generator(config)
+            or logp_gap_due(config, iteration))
+
+
 def correction_terms(logp_trainer: Tensor, logp_behaviour: Tensor, mask: Tensor, c: Correction
                      ) -> tuple[Tensor, Tensor, dict[str, float]]:
     """Per-token weights (B, T), per-step keep mask (B,) and the mismatch sums of a micro-batch.
