@@ -468,6 +468,22 @@ def collate(samples: Sequence[TrainSample], indices: Sequence[int], dummy: bool 
                       kept_targets, kept_used, kept_slot.reshape(-1), predict_index, mask, real, dummy, fields)
 
 
+def rows_to_host(batches: Sequence[tuple[Sequence[int], Tensor]], lengths: Sequence[int]) -> dict[int, Tensor]:
+    """Per-sample (R_i,) CPU tensors from micro-batches' (n, Rmax) device values (`indices`, values), sample i
+    the first `lengths[i]` entries of its row: one copy to the host for all of them, where `unpad` per
+    micro-batch read its mask and copied each sample (the host waited once per sample)."""
+    if not batches:
+        return {}
+    host = torch.cat([values.detach().reshape(-1) for _, values in batches]).to("cpu", copy=True)
+    out, offset = {}, 0
+    for indices, values in batches:
+        rows = host[offset:offset + values.numel()].view(values.shape)
+        offset += values.numel()
+        for k, i in enumerate(indices):
+            out[i] = rows[k, :lengths[i]].clone()
+    return out
+
+
 def unpad(values: Tensor, mask: Tensor) -> list[Tensor]:
     """(n, Rmax) per-token values -> one (R_i,) CPU tensor per sample."""
     lengths = mask.sum(-1).long().tolist()

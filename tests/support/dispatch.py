@@ -45,3 +45,25 @@ class NewTensorsOfShape(TorchDispatchMode):
                     and t.untyped_storage().data_ptr() not in operands):
                 self.created.append((func, tuple(t.shape), t.dtype))
         return out
+
+
+class HostSyncs(TorchDispatchMode):
+    """Counts the ops that make the host wait for the device on a GPU, by name: a scalar read (`.item()`,
+    `float(t)`, `bool(t)`: aten._local_scalar_dense), a copy to the CPU asked for by device (`.to("cpu")`), and
+    the ops whose output size depends on values (nonzero, unique). On a CPU nothing waits, but the same calls
+    reach this mode, so a CPU test counts what a GPU would wait for. `.tolist()` and `.cpu()` of a CPU tensor
+    do not reach it."""
+
+    VALUE_SIZED = ("nonzero", "_unique2", "unique_dim", "unique_consecutive", "masked_select")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        to_cpu = name == "_to_copy" and kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cpu"
+        if name == "_local_scalar_dense" or to_cpu or name in self.VALUE_SIZED:
+            self.calls.append(name)
+        return func(*args, **kwargs)
