@@ -34,6 +34,8 @@ from typing import Callable, Literal, Optional, Sequence
 import torch
 from torch import Tensor
 
+from gigpo.trainer.losses import distinct_rows
+
 
 class TokenBudgetError(ValueError):
     """A sample (or a recipe's longest possible sample) does not fit the micro-batch token budget."""
@@ -462,10 +464,9 @@ def collate(samples: Sequence[TrainSample], indices: Sequence[int], dummy: bool 
     real = sum(len(s) for s in chosen)
     if layout == "shared":  # each distinct prompt is laid out once
         real = sum(len(s.response_ids) for s in chosen) + sum(len(p) for p in {tuple(s.prompt_ids) for s in chosen})
-    # the distinct kept positions read, found here on the CPU: on a GPU torch.unique would wait for the device
-    kept_used, kept_slot = torch.unique(kept_index, return_inverse=True)
+    kept_used, kept_slot = distinct_rows(kept_index.reshape(-1))  # here on the CPU: on a GPU it would wait
     return MicroBatch(list(indices), input_ids, position_ids, attention_mask, logits_to_keep, kept_index,
-                      kept_targets, kept_used, kept_slot.reshape(-1), predict_index, mask, real, dummy, fields)
+                      kept_targets, kept_used, kept_slot, predict_index, mask, real, dummy, fields)
 
 
 def rows_to_host(batches: Sequence[tuple[Sequence[int], Tensor]], lengths: Sequence[int]) -> dict[int, Tensor]:
