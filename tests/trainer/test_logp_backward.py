@@ -2,8 +2,6 @@
 the plain (unchunked) log-softmax, through a real model (tied embeddings, bf16, LoRA)."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -29,7 +27,7 @@ def _policy(model_dir, dtype: str, with_lora: bool) -> ReferenceModel:
     return policy
 
 
-def _plain_loss(policy, mb, weights):
+def _plain_logp_entropy(policy, mb):
     """The unchunked form: one fp32 log-softmax over every kept row, gathered per target."""
     x = policy._call(mb).float()[mb.kept_index] / policy.settings.temperature  # (n, Rmax, V)
     logp = torch.log_softmax(x, -1).gather(-1, mb.kept_targets[..., None])[..., 0]
@@ -80,7 +78,7 @@ def test_chunked_logp_gives_the_values_and_gradients_of_the_plain_log_softmax(ti
         return logp.detach(), entropy.detach(), torch.cat([p.grad.float().reshape(-1) for p in params])
 
     chunked = run(lambda: policy._logp_entropy(mb, with_entropy=True))
-    plain = run(lambda: _plain_loss(policy, mb, weights))
+    plain = run(lambda: _plain_logp_entropy(policy, mb))
     vocab = policy.module.config.vocab_size
     # both sides compute in fp32 from the same logits: entropies sum `vocab` terms of size <= max|x|
     x_max = policy._call(mb).detach().float().abs().max().item() / policy.settings.temperature
