@@ -99,6 +99,12 @@ class RolloutConfig(Section):
     stop: list[str] = Field(default_factory=lambda: ["</action>"])
     """Strings that end a response (kept in it). The default ends generation at the built-in envs' closing
     action tag, so no tokens are spent after the action; set [] for an env whose answers end otherwise."""
+    logp_gap_every: int = Field(1, ge=0)
+    """Iterations between measurements of `rollout/logp_gap_*`, the generator-trainer log-prob gap (iterations
+    1, 1 + k, 1 + 2k, ...); 0: never. It needs the generator's log-probs of every sampled token, which vLLM
+    pays for with a full-vocabulary log-softmax and a Python object per token: on the other iterations
+    generation asks for none, unless the rollout correction (algorithm.rollout_correction) or
+    trainer.old_logprobs=generator reads them (then every iteration does, and the gap is measured too)."""
     verify_sync: bool | Literal["auto"] = "auto"
     """After every weight sync, compare generator and trainer log-probs on a probe sequence; a gap over the
     bound stops training (gigpo/rollout/weight_sync/verify.py). auto: on with the vllm backends in rollout.mode=sync (a

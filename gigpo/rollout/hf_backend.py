@@ -106,7 +106,8 @@ class HFGenerator(Generator):
             n = lengths[row]
             completions.append(Completion(
                 prompt_index=offset + row // settings.n, token_ids=ids[:n],
-                text=self.tokenizer.decode(ids[:n], skip_special_tokens=True), logprobs=logps[:n],
+                text=self.tokenizer.decode(ids[:n], skip_special_tokens=True),
+                logprobs=logps[:n] if settings.logprobs else None,
                 finish_reason="stop" if stopped[row] else "length", weight_version=self.version))
         return completions
 

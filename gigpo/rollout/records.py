@@ -105,7 +105,7 @@ class RolloutTally:
         self.tokens += len(completion.token_ids)
         step = dict(group=self.group_offset + before.group_idx, traj=self.traj_offset + before.episode_idx,
                     step=before.step, prompt_ids=prompt, response_ids=list(completion.token_ids),
-                    behaviour_logprobs=list(completion.logprobs), reward=float(after.reward),
+                    behaviour_logprobs=None if completion.logprobs is None else list(completion.logprobs), reward=float(after.reward),
                     anchor_text=str(before.anchor), action_valid=valid,
                     truncated_response=completion.finish_reason == "length", observation=before.observation,
                     response=completion.text, action=after.info.get("action"),
@@ -117,7 +117,14 @@ class RolloutTally:
         """The steps recorded so far, in (step, traj) order, each state's anchor key hashed once here."""
         if not self.columns:
             return StepRows.empty()
-        rows = StepRows(anchor=anchor_keys(self.columns["anchor_text"]), **self.columns)
+        columns = dict(self.columns)
+        present = [lp is not None for lp in columns["behaviour_logprobs"]]
+        if not any(present):  # generation asked for no log-probs: the column is absent, not filled in
+            columns["behaviour_logprobs"] = None
+        elif not all(present):
+            raise ValueError(f"{present.count(False)} of {len(present)} steps have no generator log-probs: one rollout "
+                             "must sample with one setting of SamplingSettings.logprobs")
+        rows = StepRows(anchor=anchor_keys(columns["anchor_text"]), **columns)
         return rows.in_step_order()
 
     def finish(self, pool: EnvPool) -> Rollout:

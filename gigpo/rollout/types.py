@@ -27,6 +27,9 @@ class SamplingSettings:
     """Token ids that end a completion like EOS does (kept in the output, finish reason "stop")."""
     n: int = 1
     seed: Optional[int] = None
+    logprobs: bool = True
+    """Return each sampled token's log-prob (Completion.logprobs). False: the generator computes none (vLLM
+    then skips a full-vocabulary log-softmax and a Python object per token) and Completion.logprobs is None."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -43,7 +46,8 @@ class SamplingSettings:
 
     def to_json(self) -> dict:
         return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
-                "stop": list(self.stop), "stop_token_ids": list(self.stop_token_ids), "n": self.n, "seed": self.seed}
+                "stop": list(self.stop), "stop_token_ids": list(self.stop_token_ids), "n": self.n, "seed": self.seed,
+                "logprobs": self.logprobs}
 
     @classmethod
     def from_json(cls, data: dict) -> "SamplingSettings":
@@ -55,13 +59,14 @@ class Completion:
     """One sampled continuation of prompt `prompt_index`.
 
     `logprobs[t]` is log p(token_ids[t] | prompt, token_ids[:t]) under the model's own distribution
-    (raw logits: no temperature or top-p applied), the quantity the trainer recomputes.
+    (raw logits: no temperature or top-p applied), the quantity the trainer recomputes; None when the
+    sampling settings asked for none (SamplingSettings.logprobs), never a placeholder number.
     """
 
     prompt_index: int
     token_ids: list[int]
     text: str
-    logprobs: list[float]
+    logprobs: Optional[list[float]]
     finish_reason: FinishReason
     weight_version: int
 

@@ -279,18 +279,30 @@ def sampling_params(settings: SamplingSettings, num_prompts: int) -> list[Any]:
         n=settings.n, temperature=settings.temperature, top_p=1.0 if greedy else settings.top_p,
         max_tokens=settings.max_new_tokens, stop=list(settings.stop) or None, include_stop_str_in_output=True,
         stop_token_ids=list(settings.stop_token_ids) or None,
-        logprobs=0, seed=None if settings.seed is None else settings.seed + i,
+        # the sampled token's log-prob (top 0) only when asked for, in vLLM's flat form (no dict per token)
+        logprobs=0 if settings.logprobs else None, flat_logprobs=settings.logprobs,
+        seed=None if settings.seed is None else settings.seed + i,
     ) for i in range(num_prompts)]
 
 
 def completions_from_outputs(outputs: list[Any], version: int) -> list[Completion]:
-    """vLLM RequestOutputs -> prompt-major Completions with the sampled tokens' raw log-probs."""
+    """vLLM RequestOutputs -> prompt-major Completions with the sampled tokens' raw log-probs (None where
+    the request asked for none)."""
     result = []
     for i, out in enumerate(outputs):
         for sample in out.outputs:
             ids = list(sample.token_ids)
-            logprobs = [step[t].logprob for t, step in zip(ids, sample.logprobs)]
+            logprobs = None if sample.logprobs is None else sampled_logprobs(ids, sample.logprobs)
             result.append(Completion(prompt_index=i, token_ids=ids, text=sample.text, logprobs=logprobs,
                                      finish_reason="stop" if sample.finish_reason == "stop" else "length",
                                      weight_version=version))
     return result
+
+
+def sampled_logprobs(ids: list[int], steps: Any) -> list[float]:
+    """The sampled tokens' log-probs out of vLLM's per-position log-probs (top 0: the sampled token alone):
+    read straight from the flat lists when they hold one entry per position, else position by position."""
+    flat = getattr(steps, "token_ids", None)
+    if flat is not None and list(flat) == ids:
+        return list(steps.logprobs)
+    return [step[t].logprob for t, step in zip(ids, steps)]

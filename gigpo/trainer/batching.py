@@ -34,6 +34,8 @@ from typing import Callable, Literal, Optional, Sequence
 import torch
 from torch import Tensor
 
+from gigpo.trainer.losses import distinct_rows
+
 
 class TokenBudgetError(ValueError):
     """A sample (or a recipe's longest possible sample) does not fit the micro-batch token budget."""
@@ -99,6 +101,8 @@ class MicroBatch:
     """Passed to the model: the last k columns (padded) or these column indices (packed)."""
     kept_index: Tensor      # (n, Rmax) into the flattened (B * kept) LM-head outputs
     kept_targets: Tensor    # (n, Rmax) int64, the response tokens: kept position kept_index[i, j] predicts kept_targets[i, j]
+    kept_used: Tensor       # (U,) the distinct kept positions that kept_index reads, sorted
+    kept_slot: Tensor       # (n * Rmax,) each kept_index entry's index into kept_used (losses.distinct_rows)
     predict_index: Tensor   # (n, Rmax) into the flattened (B * W) positions (for per-position heads)
     mask: Tensor            # (n, Rmax) float32, 1 on real response tokens
     num_real_tokens: int
@@ -116,7 +120,7 @@ class MicroBatch:
             attention = additive_mask(attention, dtype)
         return MicroBatch(self.sample_indices, move(self.input_ids), move(self.position_ids),
                           attention, move(self.logits_to_keep), move(self.kept_index),
-                          move(self.kept_targets), move(self.predict_index), move(self.mask), self.num_real_tokens,
+                          move(self.kept_targets), move(self.kept_used), move(self.kept_slot), move(self.predict_index), move(self.mask), self.num_real_tokens,
                           self.dummy, {k: move(v) for k, v in self.fields.items()})
 
     @property
@@ -460,8 +464,25 @@ def collate(samples: Sequence[TrainSample], indices: Sequence[int], dummy: bool 
     real = sum(len(s) for s in chosen)
     if layout == "shared":  # each distinct prompt is laid out once
         real = sum(len(s.response_ids) for s in chosen) + sum(len(p) for p in {tuple(s.prompt_ids) for s in chosen})
+    kept_used, kept_slot = distinct_rows(kept_index.reshape(-1))  # here on the CPU: on a GPU it would wait
     return MicroBatch(list(indices), input_ids, position_ids, attention_mask, logits_to_keep, kept_index,
-                      kept_targets, predict_index, mask, real, dummy, fields)
+                      kept_targets, kept_used, kept_slot, predict_index, mask, real, dummy, fields)
+
+
+def rows_to_host(batches: Sequence[tuple[Sequence[int], Tensor]], lengths: Sequence[int]) -> dict[int, Tensor]:
+    """Per-sample (R_i,) CPU tensors from micro-batches' (n, Rmax) device values (`indices`, values), sample i
+    the first `lengths[i]` entries of its row: one copy to the host for all of them, where `unpad` per
+    micro-batch read its mask and copied each sample (the host waited once per sample)."""
+    if not batches:
+        return {}
+    host = torch.cat([values.detach().reshape(-1) for _, values in batches]).to("cpu", copy=True)
+    out, offset = {}, 0
+    for indices, values in batches:
+        rows = host[offset:offset + values.numel()].view(values.shape)
+        offset += values.numel()
+        for k, i in enumerate(indices):
+            out[i] = rows[k, :lengths[i]].clone()
+    return out
 
 
 def unpad(values: Tensor, mask: Tensor) -> list[Tensor]:

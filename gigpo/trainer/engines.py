@@ -33,8 +33,9 @@ from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
 from gigpo.infra.cpu_bf16 import bf16_matmuls  # noqa: E402
 from gigpo.infra.seeds import minibatch_seed  # noqa: E402
 from gigpo.trainer.batching import (Layout, MicroBatch, Plan, TrainSample, collate, filler_sample,  # noqa: E402
-                                    pad_plan, plan_micro_batches, unpad)
-from gigpo.trainer.losses import aggregate, kl_k3, policy_loss, token_logp_entropy, value_loss  # noqa: E402
+                                    pad_plan, plan_micro_batches, rows_to_host, unpad)
+from gigpo.trainer.losses import (LOGIT_CHUNK_ROWS, aggregate, kl_k3, policy_loss, token_logp_entropy,  # noqa: E402
+                                  value_loss)
 from gigpo.trainer import lora  # noqa: E402
 from gigpo.trainer.rollout_correction import (Correction, SUM as CORRECTION_SUM, corrected_policy_loss,  # noqa: E402
                                                correction_from_config, correction_means,
@@ -212,6 +213,9 @@ class _MicroBatchedModel:
 
 
 class _PolicyForward(_MicroBatchedModel):
+    logit_chunk_rows: int = LOGIT_CHUNK_ROWS
+    """Kept positions per fp32 chunk of the log-softmax (losses.LOGIT_CHUNK_ROWS)."""
+
     def _call(self, mb: MicroBatch) -> Tensor:
         """(B * kept, V) raw logits, in the model's dtype, at the kept positions of every row."""
         with bf16_matmuls(self.settings.dtype):
@@ -226,11 +230,12 @@ class _PolicyForward(_MicroBatchedModel):
         """(n, Rmax) log-probs of the response tokens (and entropies), from the kept positions only."""
         logits = self._call(mb)  # (B * kept, V)
         # one kept position may predict several samples' tokens (the shared layout's prompt end), and some
-        # kept positions predict none (padding): each distinct position read gets its log-normaliser once,
-        # in chunks of fp32 rows, so a (tokens x vocabulary) fp32 tensor is never materialised (losses.py)
-        used, slot = torch.unique(mb.kept_index, return_inverse=True)
-        logp, entropy = token_logp_entropy(logits.index_select(0, used), mb.kept_targets.reshape(-1),
-                                           self.settings.temperature, with_entropy, rows=slot.reshape(-1))
+        # kept positions predict none (padding): each distinct position read (found at collate time) gets its
+        # log-normaliser once, in chunks of fp32 rows both ways, so neither a (tokens x vocabulary) fp32
+        # tensor nor more than one (kept x vocabulary) gradient is ever materialised (losses.py)
+        logp, entropy = token_logp_entropy(logits, mb.kept_targets.reshape(-1), self.settings.temperature,
+                                           with_entropy, chunk_rows=self.logit_chunk_rows,
+                                           rows=mb.kept_index.reshape(-1), distinct=(mb.kept_used, mb.kept_slot))
         shape = mb.kept_index.shape
         return logp.view(shape), (entropy.view(shape) if with_entropy else None)
 
@@ -239,21 +244,23 @@ class _PolicyForward(_MicroBatchedModel):
                           ) -> list[Tensor] | tuple[list[Tensor], list[Tensor]]:
         """Per-sample (R,) float32 log-probs of the response tokens (and their entropies)."""
         self._module().eval()  # no dropout (LoRA's) in scored log-probs; update() switches back to train
-        local: dict[int, Any] = {}
+        logps: list[tuple[list[int], Tensor]] = []
+        ents: list[tuple[list[int], Tensor]] = []
         for indices, dummy in self._plan(samples):
             mb = self._collate(samples, indices, dummy)
             logp, ent = self._logp_entropy(mb, with_entropy)
             if dummy:
                 continue
-            per_sample = unpad(logp, mb.mask)
-            ents = unpad(ent, mb.mask) if ent is not None else [None] * len(per_sample)
-            for i, lp, e in zip(indices, per_sample, ents):
-                local[i] = (lp, e)
-        results = [local[i] for i in range(len(samples))]
-        logps = [r[0] for r in results]
+            logps.append((indices, logp))
+            if ent is not None:
+                ents.append((indices, ent))
+        # every micro-batch's results stay on the device until the pass ends, then go to the host in one copy
+        lengths = [len(s.response_ids) for s in samples]
+        by_sample = rows_to_host(logps, lengths)
         if with_entropy:
-            return logps, [r[1] for r in results]
-        return logps
+            entropies = rows_to_host(ents, lengths)
+            return [by_sample[i] for i in range(len(samples))], [entropies[i] for i in range(len(samples))]
+        return [by_sample[i] for i in range(len(samples))]
 
 
 def check_finite(samples: Sequence[TrainSample]) -> None:
@@ -272,14 +279,22 @@ ACTION_SUM = "action_sum/"
 
 
 def action_sums(action: Tensor, logp: Tensor, logp_old: Tensor, logp_ref: Optional[Tensor], entropy: Tensor,
-                clipped: Tensor) -> dict[str, float]:
-    """Sums over the action tokens of a micro-batch (see gigpo.trainer.action_tokens); `action_means`
-    turns an update's sums into per-action-token means, whatever the mini-batch split."""
+                clipped: Tensor) -> dict[str, Tensor]:
+    """Sums over the action tokens of a micro-batch (see gigpo.trainer.action_tokens), as 0-dim device
+    tensors; `action_means` turns an update's sums into per-action-token means, whatever the mini-batch split."""
     sums = {"tokens": action.sum(), "clip_frac": (clipped * action).sum(), "entropy": (entropy * action).sum(),
             "approx_kl_old": ((logp_old - logp) * action).sum()}
     if logp_ref is not None:
         sums["kl"] = (kl_k3(logp, logp_ref) * action).sum()
-    return {ACTION_SUM + key: float(value) for key, value in sums.items()}
+    return {ACTION_SUM + key: value for key, value in sums.items()}
+
+
+def read_once(sums: dict[str, Tensor]) -> dict[str, float]:
+    """0-dim device tensors as Python floats, in one copy to the host (one wait for the device, not one each)."""
+    if not sums:
+        return {}
+    values = torch.stack([v.reshape(()) for v in sums.values()]).to("cpu", copy=True).tolist()
+    return dict(zip(sums, values))
 
 
 def action_means(totals: dict[str, float]) -> dict[str, float]:
@@ -354,7 +369,9 @@ class _TrainedEngine(_MicroBatchedModel):
     def _module(self) -> torch.nn.Module:
         return self.engine
 
-    def _micro_loss(self, mb: MicroBatch, denominator: float) -> tuple[Tensor, dict[str, float]]:
+    def _micro_loss(self, mb: MicroBatch, denominator: float) -> tuple[Tensor, dict[str, Tensor]]:
+        """The micro-batch's loss and its logged parts, 0-dim detached tensors on the device: `update` sums
+        them there and reads them once, so no micro-batch makes the host wait for the device."""
         raise NotImplementedError
 
     def _mini_batches(self, samples: Sequence[TrainSample]) -> list[list[int]]:
@@ -392,13 +409,13 @@ class _TrainedEngine(_MicroBatchedModel):
                for subset in subsets]
         denominators = all_reduce_floats(own)
         micro_counts = all_reduce_floats([len(plan) for plan in plans], op="max")
-        sums: dict[str, float] = defaultdict(float)
+        sums: dict[str, Tensor] = {}  # fp64 on the device, in micro-batch order: the sums of the parts' floats
         steps, grad_norms, micro, packed, real, budget_used = 0, [], 0, 0, 0, 0
         for subset, plan, denominator, count in zip(subsets, plans, denominators, micro_counts):
             if denominator == 0:  # no rank holds a sample of this mini-batch: every rank skips it alike
                 continue
             self.step_in_update = steps
-            finite = True
+            finite_losses: Optional[Tensor] = None
             for indices, dummy in pad_plan(plan, int(count), [len(x) for x in subset]):
                 mb = self._collate(subset, indices, dummy)
                 loss, parts = self._micro_loss(mb, denominator)
@@ -407,13 +424,16 @@ class _TrainedEngine(_MicroBatchedModel):
                 with bf16_matmuls(s.dtype):
                     self.engine.backward(loss * (0.0 if dummy else float(world)))
                 micro += 1
-                finite = finite and math.isfinite(loss.item())
+                finite_loss = torch.isfinite(loss.detach())
+                finite_losses = finite_loss if finite_losses is None else finite_losses & finite_loss
                 if not dummy:
                     packed += mb.num_tokens
                     real += mb.num_real_tokens
                     budget_used += s.micro_token_budget
                     for key, value in parts.items():
-                        sums[key] += value
+                        value = value.detach().double()
+                        sums[key] = sums[key] + value if key in sums else value
+            finite = finite_losses is None or bool(finite_losses)  # one read per optimizer step
             if any_rank(not finite):  # every rank decides together, before the step touches the weights
                 raise NonFiniteError(f"{self._prefix} loss is NaN/inf in optimizer step {steps + 1} of this update; "
                                      "the step was not applied, so the weights are those before it")
@@ -438,7 +458,7 @@ class _TrainedEngine(_MicroBatchedModel):
                 grad_norms.append(float(norm))
         self.updates += 1
         totals: dict[str, float] = defaultdict(float)
-        for part in all_gather_objects(dict(sums)):
+        for part in all_gather_objects(read_once(sums)):
             for key, value in part.items():
                 totals[key] += value
         metrics = {key: value / steps for key, value in totals.items()  # mean over optimizer steps
@@ -484,14 +504,14 @@ class ActorEngine(_TrainedEngine, _PolicyForward):
     def _loss_agg(self) -> str:
         return self.loss.loss_agg
 
-    def _micro_loss(self, mb: MicroBatch, denominator: float) -> tuple[Tensor, dict[str, float]]:
+    def _micro_loss(self, mb: MicroBatch, denominator: float) -> tuple[Tensor, dict[str, Tensor]]:
         L = self.loss
         if "logp_old" not in mb.fields:
             raise ValueError("every TrainSample needs logp_old for update(): compute them with "
                              "actor.compute_log_probs(samples) before the first mini-batch step")
         logp, entropy = self._logp_entropy(mb, with_entropy=True)
         mask, agg = mb.mask, L.loss_agg
-        correction: dict[str, float] = {}
+        correction: dict[str, Tensor] = {}
         if L.correction is not None:  # the generator/trainer mismatch (gigpo.trainer.rollout_correction)
             if "logp_behaviour" not in mb.fields:
                 raise ValueError("algorithm.rollout_correction needs logp_behaviour (the generator's log-probs) on "
@@ -507,17 +527,17 @@ class ActorEngine(_TrainedEngine, _PolicyForward):
         ent = aggregate(entropy, mask, agg, denominator)
         # entropy is always logged; only a non-zero coefficient puts it in the graph (its backward is not free)
         loss = pg_loss - L.entropy_coef * ent if L.entropy_coef else pg_loss
-        parts = {"loss/policy": pg_loss.item(), "loss/entropy": ent.item(),
-                 "loss/clip_frac": aggregate(clipped, mask, agg, denominator).item(),
-                 "loss/approx_kl_old": aggregate(mb.fields["logp_old"] - logp.detach(), mask, agg, denominator).item()}
+        parts = {"loss/policy": pg_loss.detach(), "loss/entropy": ent.detach(),
+                 "loss/clip_frac": aggregate(clipped, mask, agg, denominator),
+                 "loss/approx_kl_old": aggregate(mb.fields["logp_old"] - logp.detach(), mask, agg, denominator)}
         if L.kl_coef > 0:
             if "logp_ref" not in mb.fields:
                 raise ValueError(f"algorithm.kl_coef={L.kl_coef} needs logp_ref on every TrainSample: compute "
                                  "them with reference.compute_log_probs(samples), or set algorithm.kl_coef=0")
             kl = aggregate(kl_k3(logp, mb.fields["logp_ref"]), mask, agg, denominator)
             loss = loss + L.kl_coef * kl
-            parts["loss/kl"] = kl.item()
-        parts["loss/total"] = loss.item()
+            parts["loss/kl"] = kl.detach()
+        parts["loss/total"] = loss.detach()
         parts.update(correction)
         if "action_mask" in mb.fields:
             parts.update(action_sums(mb.fields["action_mask"] * mask, logp.detach(), mb.fields["logp_old"],
@@ -638,7 +658,7 @@ class CriticEngine(_TrainedEngine):
                 local.update(zip(indices, unpad(values, mb.mask)))
         return [local[i] for i in range(len(samples))]
 
-    def _micro_loss(self, mb: MicroBatch, denominator: float) -> tuple[Tensor, dict[str, float]]:
+    def _micro_loss(self, mb: MicroBatch, denominator: float) -> tuple[Tensor, dict[str, Tensor]]:
         if "returns" not in mb.fields:
             raise ValueError("every TrainSample needs returns for critic.update()")
         values = self._call(mb)
@@ -646,4 +666,4 @@ class CriticEngine(_TrainedEngine):
         clip = self.loss.value_clip if old is not None else None
         per_token = value_loss(values, old if old is not None else values.detach(), mb.fields["returns"], clip)
         loss = aggregate(per_token, mb.mask, "token-mean", denominator)
-        return loss, {"critic/value_loss": loss.item()}
+        return loss, {"critic/value_loss": loss.detach()}

@@ -126,7 +126,7 @@ def play(run: Run, iteration: int) -> tuple["StepRows", list, dict[str, float], 
         return StepRows.empty(), [], {}, Rollout(StepRows.empty(), [])
     seed = rank_sampling_seed(rollout_sampling_seed(config.trainer.seed, iteration), run.share.rank,
                               per_request=generator.turns == "async")
-    settings = sampling(config, evaluation=False, seed=seed)
+    settings = sampling(config, evaluation=False, seed=seed, iteration=iteration)
     bar = EpisodeBar(f"iter {iteration} rollout", config.logging.progress and run.main)
     with stop_on_nonfinite_rows(f"iteration {iteration}, phase rollout"):
         played = rollout(run.pool, generator, run.prompt_fn, train_seeds(config, iteration)[share.start:share.stop],
@@ -208,7 +208,9 @@ def learn(run: Run, iteration: int, rows: "StepRows", episodes: Optional[list], 
     if run.share is not None and run.share.replicas > 1 and len(rows):  # the engine's ranks split its rows
         rows = rows.select(run.share.own_rows(len(rows)))
     samples = train_samples(rows, run.tokenizer, behaviour_as_old=run.from_generator) if len(rows) else []
-    behaviour = rows.behaviour_logprobs or ()  # none on a rank without steps
+    # the generator's log-probs: none on a rank without steps, and none where this iteration's generation asked
+    # for none (rollout.logp_gap_every; then the gap is not measured: logprob_gap compares no token)
+    behaviour = rows.behaviour_logprobs or ()
 
     # ---- log-probs: old (the generator's where exact, else the actor's before the update) and reference (KL)
     with timer("logprobs"):

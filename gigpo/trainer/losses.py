@@ -97,42 +97,97 @@ def _chunk_lse(logits: Tensor, temperature: float) -> Tensor:
     return torch.logsumexp(logits.float() / temperature, dim=-1)
 
 
+def distinct_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
+    """(used, slot) for `token_logp_entropy`: the distinct logits rows that targets read, sorted, and each
+    target's index into them. Computed where the rows are built (on the CPU, at collate time): on a GPU
+    `torch.unique` waits for the device."""
+    used, slot = torch.unique(rows, return_inverse=True)
+    return used, slot.reshape(-1)
+
+
+class _ChunkedLogpEntropy(torch.autograd.Function):
+    """Log-probs (and entropies) of targets under rows of (M, V) logits, in fp32 chunks of rows both ways.
+
+    Why a Function: autograd through chunk slices gives each chunk's backward its own zero (M, V) gradient
+    (a slice's backward), summed into the next, so a micro-batch made about two full-size tensors per chunk,
+    growing with the square of its rows. Here backward fills one (M, V) gradient chunk by chunk, in the logits'
+    dtype, from the closed forms (x = logits / T, p = softmax(x), rows r and target t):
+    d lse_r / d x_r = p_r, d H_r / d x_r = -p_r * (log p_r + H_r), d x_{r,t} / d x_r = one-hot(t).
+    Only the logits (referenced, not copied) and two fp32 numbers per row are kept for it.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, used: Tensor, slot: Tensor, targets: Tensor, temperature: float,
+                with_entropy: bool, chunk_rows: int) -> tuple[Tensor, Tensor]:
+        vocab = logits.shape[-1]
+        lse = logits.new_empty(used.shape[0], dtype=torch.float32)
+        entropy = logits.new_empty(used.shape[0] if with_entropy else 0, dtype=torch.float32)
+        for start in range(0, used.shape[0], chunk_rows):
+            part = logits.index_select(0, used[start:start + chunk_rows])
+            if with_entropy:
+                lse[start:start + chunk_rows], entropy[start:start + chunk_rows] = _chunk_lse_entropy(part, temperature)
+            else:
+                lse[start:start + chunk_rows] = _chunk_lse(part, temperature)
+        # one logit per target, read out of the flattened logits (no (N, V) gather)
+        picked = logits.reshape(-1).take(used.take(slot) * vocab + targets).float() / temperature
+        ctx.save_for_backward(logits, used, slot, targets, lse, entropy)
+        ctx.temperature, ctx.with_entropy, ctx.chunk_rows = temperature, with_entropy, chunk_rows
+        return picked - lse.take(slot), (entropy.take(slot) if with_entropy else entropy)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_logp: Tensor, grad_entropy: Tensor):
+        logits, used, slot, targets, lse, entropy = ctx.saved_tensors
+        temperature, chunk_rows = ctx.temperature, ctx.chunk_rows
+        grad = torch.zeros_like(logits)  # the one full-size tensor; rows no target reads stay 0
+        grad_logp = grad_logp.float()
+        # per distinct row: -sum of its targets' log-prob grads (through -lse) and the sum of their entropy grads
+        row_lse = lse.new_zeros(used.shape[0]).index_add_(0, slot, -grad_logp)
+        row_entropy = lse.new_zeros(used.shape[0]).index_add_(0, slot, grad_entropy.float()) if ctx.with_entropy else None
+        for start in range(0, used.shape[0], chunk_rows):
+            rows = used[start:start + chunk_rows]
+            count = rows.shape[0]
+            end = start + count
+            g = logits.index_select(0, rows).float().div_(temperature).sub_(lse[start:end, None])  # log p
+            p = g.exp()
+            if row_entropy is not None:  # g_lse - g_H * (log p + H)
+                g.add_(entropy[start:end, None]).mul_(-row_entropy[start:end, None]).add_(row_lse[start:end, None])
+                g.mul_(p)
+            else:
+                g = p.mul_(row_lse[start:end, None])
+            # the targets whose row is in this chunk add their grad at their token (others add 0, no host sync)
+            local = slot - start
+            inside = (local >= 0) & (local < count)
+            g.index_put_((local.clamp(0, count - 1), targets), torch.where(inside, grad_logp, 0.0), accumulate=True)
+            grad.index_copy_(0, rows, g.div_(temperature).to(grad.dtype))
+        return grad, None, None, None, None, None, None
+
+
 def token_logp_entropy(logits: Tensor, targets: Tensor, temperature: float = 1.0, with_entropy: bool = False,
-                       chunk_rows: int = LOGIT_CHUNK_ROWS, rows: Optional[Tensor] = None
-                       ) -> tuple[Tensor, Optional[Tensor]]:
+                       chunk_rows: int = LOGIT_CHUNK_ROWS, rows: Optional[Tensor] = None,
+                       distinct: Optional[tuple[Tensor, Tensor]] = None) -> tuple[Tensor, Optional[Tensor]]:
     """Log-probs of `targets` (N,) under (M, V) logits / temperature, and optionally the entropies.
 
     Target i is read from logits row `rows[i]` (default: row i, so M = N). Several targets may share a
     row (a prompt's last position predicts the first token of every response to it): each row's
-    log-normaliser is computed once. Equal to log_softmax(logits.float() / T)[rows].gather(targets) and
-    entropy_from_logits, without ever holding (M, V) fp32 tensors: rows go through in chunks, and under
-    autograd each chunk is recomputed in backward (activation checkpointing), so only the logits
-    themselves (in the model's dtype) stay alive. With a 49k-token vocabulary the unchunked form kept
-    ~5 (N, V) fp32 tensors for backward: 1 GiB per 1,000 response tokens.
+    log-normaliser is computed once, and rows no target reads not at all. `distinct` is `distinct_rows(rows)`
+    when the caller has it (computed without a device sync); otherwise it is computed here. Equal to
+    log_softmax(logits.float() / T)[rows].gather(targets) and entropy_from_logits, without ever holding
+    (M, V) fp32 tensors: rows go through in fp32 chunks forward and backward (`_ChunkedLogpEntropy`), only the
+    logits themselves (in the model's dtype) stay alive for backward, and backward allocates one (M, V)
+    gradient. With a 49k-token vocabulary the unchunked form kept ~5 (N, V) fp32 tensors for backward:
+    1 GiB per 1,000 response tokens.
     """
-    from torch.utils.checkpoint import checkpoint
-
     if rows is None and targets.dim() == 1:
         rows = torch.arange(targets.shape[0], device=targets.device)
     if logits.dim() != 2 or targets.dim() != 1 or rows is None or rows.shape != targets.shape:
         raise ValueError(f"logits {tuple(logits.shape)} must be (M, V), targets {tuple(targets.shape)} (N,) and "
                          f"rows {None if rows is None else tuple(rows.shape)} (N,)")
-    grad = torch.is_grad_enabled() and logits.requires_grad
-    lses, entropies = [], []
-    for start in range(0, logits.shape[0], chunk_rows):
-        part = logits[start:start + chunk_rows]
-        fn = _chunk_lse_entropy if with_entropy else _chunk_lse
-        out = checkpoint(fn, part, temperature, use_reentrant=False) if grad else fn(part, temperature)
-        if with_entropy:
-            lses.append(out[0])
-            entropies.append(out[1])
-        else:
-            lses.append(out)
-    if not lses or targets.numel() == 0:  # no rows
+    if targets.numel() == 0 or logits.shape[0] == 0:  # no rows
         empty = logits.new_zeros((0,), dtype=torch.float32)
         return empty, (empty if with_entropy else None)
-    # one logit per target, read out of the flattened logits: its backward scatters N numbers, where
-    # gathering whole (N, V) rows first cost a (N, V) copy and a slow accumulating scatter in backward
-    picked = logits.reshape(-1).take(rows * logits.shape[-1] + targets).float() / temperature
-    logp = picked - torch.cat(lses).take(rows)
-    return logp, (torch.cat(entropies).take(rows) if with_entropy else None)
+    used, slot = distinct_rows(rows) if distinct is None else distinct
+    if slot.shape != targets.shape:
+        raise ValueError(f"distinct rows' slots {tuple(slot.shape)} must be one per target {tuple(targets.shape)}")
+    logp, entropy = _ChunkedLogpEntropy.apply(logits, used, slot, targets, temperature, with_entropy, chunk_rows)
+    return logp, (entropy if with_entropy else None)

@@ -203,6 +203,10 @@ class RolloutPipeline(Generic[T]):
                 raise RuntimeError(f"samples of policy versions {unknown} were never synced (known: {self.history})")
             metrics = staleness(len(self.history) - 1, [position[int(v)] for v in versions], self.max_staleness)
         if self.correction is not None:
+            if len(behaviour_logprobs) != len(samples):
+                raise ValueError(f"algorithm.rollout_correction needs the generator's log-probs of every sample: got "
+                                 f"{len(behaviour_logprobs)} for {len(samples)} samples (did the rollout sample with "
+                                 "SamplingSettings(logprobs=False)?)")
             for sample, behaviour in zip(samples, behaviour_logprobs):
                 sample.logp_behaviour = torch.as_tensor(behaviour, dtype=torch.float32)
         return metrics

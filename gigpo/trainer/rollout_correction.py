@@ -99,8 +99,22 @@ def old_logprobs_from_generator(config: Any) -> bool:
     return config.rollout.backend == "hf" and config.model.dtype == "fp32" and config.rollout.temperature == 1.0
 
 
+def logp_gap_due(config: Any, iteration: int) -> bool:
+    """Whether `iteration` (from 1) measures the generator-trainer gap `rollout/logp_gap_*` (rollout.logp_gap_every)."""
+    every = config.rollout.logp_gap_every
+    return every > 0 and (iteration - 1) % every == 0
+
+
+def generator_logprobs_needed(config: Any, iteration: int) -> bool:
+    """Whether the rollout trained on in `iteration` must ask the generator for the sampled tokens' log-probs:
+    the rollout correction and old log-probs taken from the generator read them every iteration, the gap
+    metric on the iterations it is due. Otherwise vLLM computes none (SamplingSettings.logprobs)."""
+    return (correction_from_config(config) is not None or old_logprobs_from_generator(config)
+            or logp_gap_due(config, iteration))
+
+
 def correction_terms(logp_trainer: Tensor, logp_behaviour: Tensor, mask: Tensor, c: Correction
-                     ) -> tuple[Tensor, Tensor, dict[str, float]]:
+                     ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
     """Per-token weights (B, T), per-step keep mask (B,) and the mismatch sums of a micro-batch.
 
     `logp_trainer`, `logp_behaviour`, `mask`: (B, T), `mask` 1 on response tokens. weights are
@@ -109,6 +123,7 @@ def correction_terms(logp_trainer: Tensor, logp_behaviour: Tensor, mask: Tensor,
     the token count, the sum of the truncated ratio, the count of tokens the cap cut, the k3 estimate of
     KL(generator || trainer), and the count of steps and of masked steps: `correction_means` makes them
     the logged `correction/*` figures, whatever the mode (the mismatch shows even where nothing is cut).
+    The sums stay 0-dim fp64 tensors on the device: the trainer reads them once per update, not per micro-batch.
     """
     if logp_trainer.shape != logp_behaviour.shape or logp_trainer.shape != mask.shape:
         raise ValueError(f"logp_trainer {tuple(logp_trainer.shape)}, logp_behaviour {tuple(logp_behaviour.shape)} and "
@@ -131,12 +146,12 @@ def correction_terms(logp_trainer: Tensor, logp_behaviour: Tensor, mask: Tensor,
     dtype = logp_trainer.dtype
     sums = {"tokens": m.sum(), "weight": (truncated * m).sum(), "truncated": cut.sum(), "kl_k3": k3.sum(),
             "steps": steps.sum(), "masked": ((1.0 - keep) * steps).sum()}
-    return weights.to(dtype), keep.to(dtype), {SUM + k: float(v) for k, v in sums.items()}
+    return weights.to(dtype), keep.to(dtype), {SUM + k: v for k, v in sums.items()}
 
 
 def corrected_policy_loss(logp: Tensor, logp_old: Tensor, logp_behaviour: Tensor, advantages: Tensor, mask: Tensor,
                           clip_low: float, clip_high: float, c: Correction, old_is_behaviour: bool
-                          ) -> tuple[Tensor, Tensor, dict[str, float]]:
+                          ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
     """The PPO-clip loss per token with the rollout correction, its clipped flags and the mismatch sums.
 
     old_is_behaviour=False (the trainer recomputed logp_old): loss = w * keep * PPO-clip(exp(logp - logp_old)),
@@ -158,13 +173,14 @@ def corrected_policy_loss(logp: Tensor, logp_old: Tensor, logp_behaviour: Tensor
     return loss * keep.unsqueeze(-1), clipped, sums
 
 
-def correction_means(totals: dict[str, float]) -> dict[str, float]:
+def correction_means(totals: dict[str, float | Tensor]) -> dict[str, float]:
     """`correction/*` from an update's sums: mean truncated weight, truncated share, k3 KL (per response
     token) and masked share (per step). Empty when the correction was off (no sums)."""
-    tokens, steps = totals.get(SUM + "tokens", 0.0), totals.get(SUM + "steps", 0.0)
+    total = {key: float(value) for key, value in totals.items() if key.startswith(SUM)}
+    tokens, steps = total.get(SUM + "tokens", 0.0), total.get(SUM + "steps", 0.0)
     if tokens <= 0 or steps <= 0:
         return {}
-    return {"correction/weight_mean": totals[SUM + "weight"] / tokens,
-            "correction/truncated_share": totals[SUM + "truncated"] / tokens,
-            "correction/kl_k3": totals[SUM + "kl_k3"] / tokens,
-            "correction/masked_share": totals[SUM + "masked"] / steps}
+    return {"correction/weight_mean": total[SUM + "weight"] / tokens,
+            "correction/truncated_share": total[SUM + "truncated"] / tokens,
+            "correction/kl_k3": total[SUM + "kl_k3"] / tokens,
+            "correction/masked_share": total[SUM + "masked"] / steps}

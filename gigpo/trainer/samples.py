@@ -67,6 +67,9 @@ def train_samples(rows: StepRows, tokenizer, behaviour_as_old: bool = False) -> 
     `behaviour_as_old`, the generator's log-probs as the PPO ratio's old ones."""
     if rows.advantage is None:
         raise ValueError("train_samples() needs scored rows: call with_advantages(rows, ...) first")
+    if behaviour_as_old and rows.behaviour_logprobs is None:
+        raise ValueError("trainer.old_logprobs=generator takes the generator's log-probs as the old ones, but these "
+                         "rows have none: the rollout sampled with SamplingSettings(logprobs=False)")
     samples = []
     for i, (prompt, response) in enumerate(zip(rows.prompt_ids, rows.response_ids)):
         sample = TrainSample(prompt, response, advantage=float(rows.advantage[i]),

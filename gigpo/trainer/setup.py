@@ -58,14 +58,19 @@ def build_prompt_fn(config: Config, tokenizer):
     return builder.batch_token_ids
 
 
-def sampling(config: Config, evaluation: bool, seed: Optional[int]):
-    """The rollout's sampling settings: training (rollout.temperature, top_p) or evaluation (eval_temperature)."""
+def sampling(config: Config, evaluation: bool, seed: Optional[int], iteration: Optional[int] = None):
+    """The rollout's sampling settings: training (rollout.temperature, top_p) or evaluation (eval_temperature).
+    The generator returns log-probs only where they are read: never in evaluation, in training where the
+    rollout trained on in `iteration` needs them (rollout_correction.generator_logprobs_needed; always when
+    no iteration is given)."""
     from gigpo.rollout.types import SamplingSettings
+    from gigpo.trainer.rollout_correction import generator_logprobs_needed
 
     r = config.rollout
+    logprobs = not evaluation and (iteration is None or generator_logprobs_needed(config, iteration))
     return SamplingSettings(temperature=r.eval_temperature if evaluation else r.temperature,
                             top_p=1.0 if evaluation else r.top_p, max_new_tokens=r.max_new_tokens,
-                            stop=tuple(r.stop), seed=seed)
+                            stop=tuple(r.stop), seed=seed, logprobs=logprobs)
 
 
 def build_verifier(config: Config, generator, vocab_size: int, world_size: int):

@@ -34,7 +34,8 @@ class ScriptedPolicy(Generator):
             text = MOVES[int(self.rng.choice(len(MOVES), p=[0.24, 0.24, 0.24, 0.24, 0.04]))]
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             self.texts[tuple(ids)] = text
-            out.append(Completion(i, ids, text, [-1.0] * len(ids), "stop", self.version))
+            out.append(Completion(i, ids, text, [-1.0] * len(ids) if settings.logprobs else None, "stop",
+                                  self.version))
         return out
 
     def update_weights(self, named_tensors, version: int) -> None:
@@ -99,3 +100,40 @@ def test_gigpo_step_groups_merge_shared_states_and_carry_a_signal(played):
     assert (out.step_group_size > 1).mean() > 0.3
     assert np.abs(out.step_advantage).max() > 0.05 and np.abs(out.episode_advantage).max() > 0.05
     assert np.isfinite(out.advantage).all()
+
+
+def test_steps_sampled_without_log_probs_have_none_and_readers_refuse_them(tiny_model_dir, played):
+    """A rollout sampled with logprobs=False records no behaviour log-probs (the column is absent, not filled
+    with numbers); the gap metric then compares no token and is not logged, and the readers that need them
+    (old log-probs from the generator, the rollout correction) stop with an error that says why."""
+    from dataclasses import replace
+
+    from transformers import AutoTokenizer
+
+    from gigpo.infra.seeds import train_seeds
+    from gigpo.rollout.collect import rollout
+    from gigpo.trainer.loop import gap_metrics, logprob_gap
+    from gigpo.trainer.pipeline import RolloutPipeline
+    from gigpo.trainer.rollout_correction import correction_from_config
+    from gigpo.trainer.samples import train_samples
+    from gigpo.trainer.setup import build_pool, build_prompt_fn, sampling
+
+    config, _, _, result = played
+    assert result.steps.behaviour_logprobs is not None  # the module's rollout asked for them
+    config = config.model_copy(update={"env": config.env.model_copy(update={"num_groups": 1, "max_steps": 2})})
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    settings = replace(sampling(config, evaluation=False, seed=1), logprobs=False)
+    with build_pool(config) as pool:
+        rows = rollout(pool, ScriptedPolicy(tokenizer, seed=1), build_prompt_fn(config, tokenizer),
+                       train_seeds(config, 1)[:1], config.env.group_size, settings,
+                       config.rollout.max_prompt_tokens).steps
+    assert len(rows) and rows.behaviour_logprobs is None
+    assert gap_metrics(logprob_gap(rows.behaviour_logprobs or (), [])) == {}
+    scored = rows.with_columns(advantage=np.zeros(len(rows)))
+    with pytest.raises(ValueError, match="old_logprobs=generator.*logprobs=False"):
+        train_samples(scored, tokenizer, behaviour_as_old=True)
+    samples = train_samples(scored, tokenizer)
+    corrected = config.model_copy(update={"algorithm": config.algorithm.model_copy(update={"rollout_correction": "token"})})
+    pipeline = RolloutPipeline(None, None, correction=correction_from_config(corrected))
+    with pytest.raises(ValueError, match="rollout_correction needs the generator's log-probs"):
+        pipeline.correct(samples, [0] * len(samples), rows.behaviour_logprobs or ())

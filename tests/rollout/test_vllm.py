@@ -144,3 +144,35 @@ def test_stop_token_ids_end_completions_like_hf(vllm_generator, trained):
     for v, h in zip(vllm_out, hf_out):  # where a near-tie parted the answers, they may end differently
         assert v.finish_reason == h.finish_reason or v.token_ids != h.token_ids
     assert vllm_out[0].finish_reason == "stop" or vllm_out[0].token_ids != hf_out[0].token_ids
+
+
+def test_vllm_computes_log_probs_only_when_the_settings_ask(vllm_generator, trained, monkeypatch):
+    """logprobs=False reaches vLLM (its outputs carry none: no log-softmax per token) and every completion says
+    None, batched and streamed; the default still returns the trainer's log-probs (through vLLM's flat form)."""
+    from dataclasses import replace
+
+    from .conftest import submit_and_wait
+
+    model, hf = trained
+    prompts = sample_prompts(3, seed=13)
+    asked, real = [], vllm_generator.llm.generate
+
+    def recording(requests, params, **kwargs):  # the real call, its parameters and outputs kept
+        outputs = real(requests, params, **kwargs)
+        asked.append((params, outputs))
+        return outputs
+
+    monkeypatch.setattr(vllm_generator.llm, "generate", recording)
+    off = replace(GREEDY, max_new_tokens=8, logprobs=False)
+    without = vllm_generator.generate(prompts, off)
+    with_them = vllm_generator.generate(prompts, replace(off, logprobs=True))
+    (params_off, outputs_off), (params_on, _) = asked
+    assert all(p.logprobs is None for p in params_off) and all(p.logprobs == 0 for p in params_on)
+    assert all(sample.logprobs is None for out in outputs_off for sample in out.outputs)
+    assert all(c.logprobs is None for c in without)
+    assert [c.token_ids for c in without] == [c.token_ids for c in with_them]  # greedy: only the log-probs differ
+    for c in with_them:  # vllm_generator holds `model`'s weights (see test_stop_token_ids_end_completions_like_hf)
+        ref = trainer_logprobs(model, prompts[c.prompt_index], c.token_ids)
+        torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=FP32_TOLERANCE[0] / 2, rtol=0)
+    assert all(c.logprobs is None for c in submit_and_wait(vllm_generator, prompts, off))
+    assert all(c.logprobs is None for c in hf.generate(prompts, off))

@@ -98,6 +98,9 @@ def test_shared_layout_lays_a_prompt_out_once_and_masks_responses_from_each_othe
     # prompts end at column 2: kept columns 2..7 (6 per row); column 2 predicts both a's and b's first token
     assert mb.logits_to_keep == 6
     assert mb.kept_index.tolist() == [[0, 1, 0], [0, 3, 4], [6, 0, 0]]
+    # the distinct kept positions read, each once (column 2 predicts a's and b's first token), found at collate time
+    assert mb.kept_used.tolist() == [0, 1, 3, 4, 6]
+    assert mb.kept_used[mb.kept_slot].tolist() == mb.kept_index.reshape(-1).tolist()
     assert mb.kept_targets.tolist() == [[110, 111, 0], [120, 121, 122], [150, 0, 0]]
     flat_ids = mb.input_ids.reshape(-1)
     assert (flat_ids[mb.predict_index + 1][:, 1:] * mb.mask[:, 1:].long()).tolist() == [[111, 0], [121, 122], [0, 0]]

@@ -204,6 +204,40 @@ def test_zero3_gathers_full_weights_and_matches_hf(tiny_model_dir, hf_model, sam
     assert all(p.numel() > 0 for p in again.parameters())
 
 
+def test_host_syncs_of_a_pass_do_not_grow_with_its_micro_batches(actor, samples, monkeypatch):
+    """One log-prob pass and one update (one optimizer step) wait for the device a fixed number of times, not
+    once per micro-batch or per sample: metrics stay on the device until the update ends, log-probs until the
+    pass ends, and the kept rows are found at collate time (support.dispatch.HostSyncs counts the waits)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    import gigpo.trainer.engines as engines
+    from support.dispatch import HostSyncs
+
+    laid_out = engines.collate
+
+    def on_the_host(*args, **kwargs):  # collate builds CPU tensors before they move: no device to wait for
+        with _disable_current_modes():
+            return laid_out(*args, **kwargs)
+
+    monkeypatch.setattr(engines, "collate", on_the_host)
+    for sample, logp in zip(samples, actor.compute_log_probs(samples)):
+        sample.logp_old, sample.advantage = logp, 1.0
+    counts = {}
+    for budget in (48, 96):  # 4 and 2 micro-batches of the same samples
+        monkeypatch.setattr(actor, "settings", dataclasses.replace(SETTINGS, micro_token_budget=budget,
+                                                                   mini_batch_size=len(samples)))
+        with HostSyncs() as logprob_pass:
+            actor.compute_log_probs(samples)
+        with HostSyncs() as update_pass:
+            metrics = actor.update(samples)
+        counts[metrics["perf/micro_batches"]] = (logprob_pass.calls, update_pass.calls)
+    assert sorted(counts) == [2.0, 4.0]
+    assert counts[2.0][0] == counts[4.0][0] == ["_to_copy"]  # the pass's log-probs, copied once
+    # per optimizer step: the loss's and the gradients' finiteness, the grad norm, DeepSpeed's overflow checks,
+    # the metrics read once; and per sample the host-side check of its inputs (check_finite)
+    assert len(counts[2.0][1]) == len(counts[4.0][1]), counts
+
+
 def test_non_finite_inputs_and_losses_stop_before_the_weights_change(actor, samples):
     for s, lp in zip(samples, actor.compute_log_probs(samples)):
         s.logp_old, s.advantage = lp, 1.0
@@ -271,3 +305,4 @@ def test_a_bf16_actor_on_a_cpu_without_native_bf16_multiplies_in_fp32_kernels(ti
     assert any((torch.bfloat16 if native else torch.float32) in d for d in kernels)
     if not native:
         assert not any(torch.bfloat16 in d for d in kernels), [d for d in kernels if torch.bfloat16 in d][:5]
+

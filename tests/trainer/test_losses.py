@@ -154,6 +154,10 @@ def test_chunked_logp_entropy_equals_the_plain_form_with_less_memory(dtype):
     assert chunked[3] <= 1.1 * base.numel() * base.element_size()  # chunked: the logits themselves
     logp_only, _ = token_logp_entropy(base, targets, temperature)
     torch.testing.assert_close(logp_only, plain[0], **tol)
+    # without entropies backward takes its own branch: its gradient is the plain log-softmax's too
+    plain_logp = run(lambda x: (_plain_logp_entropy(x, targets, temperature)[0], torch.zeros(n)))
+    chunked_logp = run(lambda x: (token_logp_entropy(x, targets, temperature, chunk_rows=16)[0], torch.zeros(n)))
+    torch.testing.assert_close(chunked_logp[2].float(), plain_logp[2].float(), **tol)
 
 
 def test_logp_entropy_reads_shared_rows_once_and_matches_the_plain_form():
