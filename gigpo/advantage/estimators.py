@@ -65,21 +65,22 @@ class AdvantageOptions:
     """GiGPO: rows acted on by different policy versions never share a step group (the trainer passes
     rollout.group_versions=separate); needs the rows' policy_version, and changes nothing where a batch
     holds one version (every sync-mode batch). False: the off value."""
-    # HGPO and GraphGPO (hgpo.py, graphgpo.py). Defaults: the reference recipes' values; AlgorithmConfig
-    # repeats them and tests/advantage/test_successors.py checks the two agree.
-    hgpo_history: int = 2
+    # HGPO and GraphGPO (hgpo.py, graphgpo.py). None: not given. Their defaults live once, in
+    # gigpo.config.AlgorithmConfig (successor_options(config) collects them); the estimator that reads an option
+    # refuses a None, naming it (AdvantageOptions.require).
+    hgpo_history: Optional[int] = None
     """HGPO: K, how many earlier steps' states the longest history key holds (groups of 1..K+1 states)."""
-    hgpo_alpha: float = 1.0
+    hgpo_alpha: Optional[float] = None
     """HGPO: a group keyed by L - 1 states weighs L**alpha (the episode group: L = 1); 0 weighs all alike."""
-    hgpo_episode_group: bool = False
+    hgpo_episode_group: Optional[bool] = None
     """HGPO: average the episode-level advantage in as one more group (weight 1)."""
-    graph_gamma: float = 0.1
+    graph_gamma: Optional[float] = None
     """GraphGPO: a step's return is 10 * graph_gamma**d, d the graph distance of its next state to the goal."""
-    graph_episode_weight: float = 1.0
+    graph_episode_weight: Optional[float] = None
     """GraphGPO: advantage = step_weight * step part + graph_episode_weight * episode part."""
-    graph_distance: str = "absolute"
+    graph_distance: Optional[str] = None
     """GraphGPO: "absolute" uses d(next state); "delta" uses d(next) - d(state) + 1 (the progress of the step)."""
-    graph_goal_return: float = 0.0
+    graph_goal_return: Optional[float] = None
     """GraphGPO: a trajectory reached the goal when its return R(tau) exceeds this (the reference: > 0)."""
 
     def __post_init__(self) -> None:
@@ -99,18 +100,28 @@ class AdvantageOptions:
             check_threshold(self.similarity)
         if not (np.isfinite(self.step_min_spread) and self.step_min_spread >= 0.0):
             raise AdvantageInputError(f"step_min_spread={self.step_min_spread!r} must be a finite number >= 0")
-        if isinstance(self.hgpo_history, bool) or not isinstance(self.hgpo_history, (int, np.integer)) \
-                or self.hgpo_history < 0:
+        if self.hgpo_history is not None and (isinstance(self.hgpo_history, bool)
+                                              or not isinstance(self.hgpo_history, (int, np.integer))
+                                              or self.hgpo_history < 0):
             raise AdvantageInputError(f"hgpo_history={self.hgpo_history!r} must be an integer >= 0 "
                                       "(0: current state only; the reference uses 2 or 4)")
-        if not 0.0 <= self.graph_gamma <= 1.0:
+        if self.graph_gamma is not None and not 0.0 <= self.graph_gamma <= 1.0:
             raise AdvantageInputError(f"graph_gamma={self.graph_gamma!r} must be in [0, 1] (the reference: 0.1-0.2)")
         for name in ("hgpo_alpha", "graph_episode_weight", "graph_goal_return"):
-            if not np.isfinite(getattr(self, name)):
+            if getattr(self, name) is not None and not np.isfinite(getattr(self, name)):
                 raise AdvantageInputError(f"{name}={getattr(self, name)!r} must be a finite number")
-        if self.graph_distance not in GRAPH_DISTANCES:
+        if self.graph_distance is not None and self.graph_distance not in GRAPH_DISTANCES:
             raise AdvantageInputError(f"graph_distance={self.graph_distance!r} is unknown; use one of "
                                       f"{', '.join(GRAPH_DISTANCES)}")
+
+
+    def require(self, estimator: str, *names: str) -> None:
+        """Refuse options `estimator` reads that were not given (they have no default here)."""
+        missing = [name for name in names if getattr(self, name) is None]
+        if missing:
+            raise AdvantageInputError(f"estimator {estimator} needs {', '.join(missing)}: pass the recipe's "
+                                      f"algorithm.{missing[0]} (gigpo.config.AlgorithmConfig holds the defaults; "
+                                      "successor_options(config) collects them)")
 
 
 SUCCESSOR_OPTIONS = frozenset(f.name for f in fields(AdvantageOptions) if f.name.startswith(("hgpo_", "graph_")))

@@ -80,6 +80,7 @@ def graph_returns(rows: StepRows, options: AdvantageOptions, node: np.ndarray, n
 @register_estimator("graphgpo")
 def graphgpo(rows: StepRows, options: AdvantageOptions) -> StepRows:
     """step_weight * graph step part + graph_episode_weight * episode part (GraphGPO, eq. 8 of GiGPO's form)."""
+    options.require("graphgpo", "graph_gamma", "graph_episode_weight", "graph_distance", "graph_goal_return")
     layout = rows.layout
     group_of_step, n_step_groups = step_groups(rows, layout, None, options.split_versions)
     if options.similarity is None and not options.split_versions:

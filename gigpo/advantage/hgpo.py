@@ -77,6 +77,7 @@ def at_group_mean(x: np.ndarray, ids: np.ndarray, n_ids: int) -> np.ndarray:
 @register_estimator("hgpo")
 def hgpo(rows: StepRows, options: AdvantageOptions) -> StepRows:
     """Weighted mean of the advantages of a step's nested history groups (Sec. 3 of the HGPO paper)."""
+    options.require("hgpo", "hgpo_history", "hgpo_alpha", "hgpo_episode_group")
     layout = rows.layout
     order = layout.order
     returns = layout.reverse_discounted_sum(rows.reward, options.gamma)

@@ -7,6 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gigpo.advantage import StepRows, compute_advantages
+from gigpo.advantage.estimators import successor_options
+from gigpo.config import AlgorithmConfig
 from support.tolerance import normalised_tolerance
 
 ESTIMATORS = st.sampled_from(["gigpo", "grpo", "rloo", "ppo", "hgpo", "graphgpo"])
@@ -15,7 +17,8 @@ TOLERANCE = normalised_tolerance(magnitude=(10 + 100) * 3 * 6, terms=4 * 4 * 6)
 
 
 def run(estimator, rows, **kw):
-    options = dict(gamma=0.95, lam=0.9, step_weight=1.0, norm="std", episode_stats="trajectory", similarity=None)
+    options = dict(gamma=0.95, lam=0.9, step_weight=1.0, norm="std", episode_stats="trajectory", similarity=None,
+                   **successor_options(AlgorithmConfig()))  # HGPO's and GraphGPO's defaults live in the config
     return compute_advantages(estimator, rows, **{**options, **kw})
 
 
