@@ -39,9 +39,11 @@ def test_a_test_over_the_budget_fails_the_run_and_is_named(slow_suite: pytest.Py
     over = text.split("over the time budget", 1)[1]
     assert "test_slow.py::test_made_slow" in over and "test_quick" not in over
     assert "whole run:" in text and "slowest 2 tests" in text
-    written = dict(reversed(line.split("\t")) for line in times.read_text().splitlines())
+    written = {test: (float(seconds), outcome) for seconds, outcome, test in
+               (line.split("\t") for line in times.read_text().splitlines())}
     assert set(written) == {"test_slow.py::test_quick", "test_slow.py::test_made_slow"}
-    assert float(written["test_slow.py::test_made_slow"]) >= 0.6 > float(written["test_slow.py::test_quick"])
+    assert written["test_slow.py::test_made_slow"][0] >= 0.6 > written["test_slow.py::test_quick"][0]
+    assert {outcome for _, outcome in written.values()} == {"passed"}
 
 
 def test_a_listed_slow_test_passes_and_is_marked(slow_suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,7 +58,12 @@ def test_a_listed_slow_test_passes_and_is_marked(slow_suite: pytest.Pytester, mo
 
 
 def test_a_failing_run_keeps_its_failure_status(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytester.makepyfile(test_fail="def test_fails():\n    assert False\n")
+    pytester.makepyfile(test_fail="import pytest\n\ndef test_fails():\n    assert False\n\n"
+                                  "def test_skips():\n    pytest.skip('no GPU')\n")
+    times = pytester.path / "times.tsv"
+    monkeypatch.setenv("GIGPO_TEST_TIMES", str(times))
     result = run_inner(pytester, monkeypatch)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert "over the time budget" not in result.stdout.str()
+    outcomes = {line.split("\t")[2]: line.split("\t")[1] for line in times.read_text().splitlines()}
+    assert outcomes == {"test_fail.py::test_fails": "failed", "test_fail.py::test_skips": "skipped"}

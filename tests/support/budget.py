@@ -7,8 +7,8 @@ test outside `SLOW_ALLOWED` takes longer than the budget. A test that must stay 
 its reason; everything else is made cheaper.
 
 Settings (environment): GIGPO_TEST_BUDGET_S (default 60), GIGPO_TEST_SLOWEST (how many to print, default 25),
-GIGPO_TEST_TIMES (a file that gets one "seconds<TAB>test" line as each test ends: the costs of a run that may not
-finish, for docs/benchmarks.md and this list).
+GIGPO_TEST_TIMES (a file that gets one "seconds<TAB>outcome<TAB>test" line as each test ends: the costs and
+results of a run that may not finish, for docs/benchmarks.md and this list).
 Under pytest-xdist the controller (which receives every worker's reports) does the check, once.
 """
 from __future__ import annotations
@@ -45,6 +45,7 @@ class SuiteBudget:
         self.listed = listed
         self.slowest = slowest
         self.seconds: dict[str, float] = defaultdict(float)
+        self.outcomes: dict[str, str] = {}
         self.started = time.monotonic()
 
     def over_budget(self) -> list[tuple[str, float]]:
@@ -55,9 +56,12 @@ class SuiteBudget:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when in ("setup", "call"):
             self.seconds[report.nodeid] += report.duration
+            if report.failed or report.skipped or report.when == "call":
+                self.outcomes[report.nodeid] = report.outcome if report.when == "call" else f"{report.when} {report.outcome}"
         elif report.when == "teardown" and self.times_file:
+            outcome = "teardown failed" if report.failed else self.outcomes.get(report.nodeid, "?")
             with open(self.times_file, "a") as out:
-                out.write(f"{self.seconds[report.nodeid]:.1f}\t{report.nodeid}\n")
+                out.write(f"{self.seconds[report.nodeid]:.1f}\t{outcome}\t{report.nodeid}\n")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
