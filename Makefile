@@ -14,6 +14,10 @@ ARGS ?=
 # process and 57 with 2 (2026-12-02). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 TESTS ?= tests
+# DeepSpeed JIT-builds its CPU shm op into torch's extensions folder, one per user by default. Two checkouts (two
+# venvs) then rebuild it in turn, and a build killed midway (a test's SIGKILL, a timeout) leaves a lock on which
+# every later DeepSpeed start waits forever: seen here as hung tests. Each venv gets its own folder.
+export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/$(VENV)/torch_extensions
 
 .PHONY: install train test bench check-cpu-kernels clean-venv browser test-vllm026
 
