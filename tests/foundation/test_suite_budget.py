@@ -25,6 +25,7 @@ def slow_suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> py
 def run_inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.RunResult:
     """Only the budget plugin in the inner session: installed plugins (xdist, timeout, hypothesis) cost seconds to load."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.delenv("GIGPO_TEST_SUITE_PID", raising=False)  # an inner session in this process checks its own budget
     return pytester.runpytest_inprocess("-p", "support.budget", "-p", "no:cacheprovider")
 
 
@@ -55,6 +56,15 @@ def test_a_listed_slow_test_passes_and_is_marked(slow_suite: pytest.Pytester, mo
     text = result.stdout.str()
     assert "over the time budget" not in text
     assert "test_made_slow (listed slow)" in text
+
+
+def test_a_pytest_that_a_test_starts_in_a_subprocess_leaves_the_budget_to_the_outer_run(
+        slow_suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("GIGPO_TEST_SUITE_PID", "1")  # as a child of the suite's process sees it
+    result = slow_suite.runpytest_inprocess("-p", "support.budget", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK
+    assert "over the time budget" not in result.stdout.str()
 
 
 def test_a_failing_run_keeps_its_failure_status(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -112,7 +112,7 @@ def test_steps_sampled_without_log_probs_have_none_and_readers_refuse_them(tiny_
 
     from gigpo.infra.seeds import train_seeds
     from gigpo.rollout.collect import rollout
-    from gigpo.trainer.loop import gap_metrics, logprob_gap
+    from gigpo.trainer.logprob_gap import gap_metrics, logprob_gap
     from gigpo.trainer.pipeline import RolloutPipeline
     from gigpo.trainer.rollout_correction import correction_from_config
     from gigpo.trainer.samples import train_samples

@@ -185,9 +185,17 @@ class SuiteBudget:
                   "reason it must stay slow", red=True)
 
 
+NESTED = "GIGPO_TEST_SUITE_PID"
+"""Set by the suite's own session: a pytest that a test starts in a subprocess (a fresh interpreter) inherits it
+and leaves the budget to the outer run, where that test's whole cost is counted."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the controller sums every worker's reports
         return
+    if os.environ.get(NESTED, str(os.getpid())) != str(os.getpid()):
+        return
+    os.environ[NESTED] = str(os.getpid())
     slowest = int(os.environ.get("GIGPO_TEST_SLOWEST", 25))
     budget = SuiteBudget(budget_s(), SLOW_ALLOWED, slowest, os.environ.get("GIGPO_TEST_TIMES"))
     config.pluginmanager.register(budget, "gigpo-suite-budget")
