@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from support.zygote import run_cli
+
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_SIZE", "MASTER_ADDR", "MASTER_PORT", "CROSS_RANK", "CROSS_SIZE")
 
 
@@ -41,9 +43,9 @@ REQUIRED_KEYS = {"rollout/success", "rollout/return", "rollout/episode_length", 
 
 
 def train(run_dir: Path, *overrides: str, resume: bool = False, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "gigpo.cli", "train", "recipes/sokoban_tiny.yaml", *SMALL,
-           f"trainer.run_dir={run_dir}", *overrides] + (["--resume"] if resume else [])
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=clean_env())
+    args = ["train", "recipes/sokoban_tiny.yaml", *SMALL, f"trainer.run_dir={run_dir}", *overrides] + (
+        ["--resume"] if resume else [])
+    proc = run_cli(args, cwd=REPO, env=clean_env(), timeout=600)
     if check:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
@@ -125,8 +127,7 @@ def train_and_kill_in_iteration_3(run_dir: Path, *overrides: str) -> None:
 
 
 def gigpo(*args: str, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "gigpo.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=900,
-                          env={**clean_env(), **(env or {})})
+    proc = run_cli(list(args), cwd=REPO, env={**clean_env(), **(env or {})}, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 

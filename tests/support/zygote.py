@@ -1,0 +1,199 @@
+"""`gigpo` commands for tests, forked from a process that has already imported torch, transformers and DeepSpeed.
+
+Why: a `gigpo train` subprocess spends about 5 s (10 under `make test`'s load) importing before it does anything,
+and the suite starts well over a hundred of them. A fork of a preloaded interpreter starts in milliseconds and is
+still a process of its own: its own pid, exit code, signals, output, process group, children and crash.
+
+How: one server per pytest process (`python tests/support/zygote.py`, started on first use) imports the heavy
+modules, then reads one request at a time (argv, cwd, environment, output files) from its stdin, forks, and in the
+child runs `python -m gigpo.cli ARGS` as the interpreter would (gigpo.cli as __main__, sys.path[0] = cwd, atexit
+handlers, exit code); it answers with the child's pid, then with its exit status.
+
+What a fork cannot reproduce falls back to a real subprocess (`run_cli` decides): an environment that differs from
+the server's in a variable read at import time (PYTHONPATH, thread counts, accelerator, Hugging Face paths), or
+GIGPO_TEST_ZYGOTE=0. Tests about process isolation (signals to a process group, orphans found by their environment
+block, which a fork does not rewrite) start their processes themselves.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+from typing import Optional
+
+REPO = Path(__file__).resolve().parents[2]
+PRELOAD = ("torch", "numpy", "transformers", "deepspeed", "safetensors.torch", "gigpo.cli", "gigpo.trainer.cli",
+           "gigpo.trainer.loop", "gigpo.trainer.setup", "gigpo.trainer.engines", "gigpo.rollout.hf_backend",
+           "gigpo.envs", "gigpo.experiments.compare", "matplotlib.pyplot")
+"""What every `gigpo train` imports (vLLM is left out: its engine starts a fresh process anyway, and its settings
+are environment variables read throughout)."""
+IMPORT_TIME_PREFIXES = ("PYTHON", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "HF_", "TRANSFORMERS_", "DS_", "CUDA_",
+                        "TORCH_", "LD_", "MPLBACKEND", "MPLCONFIGDIR", "DEEPSPEED_", "ACCELERATE_", "NUMEXPR_")
+"""Variables a module may read when imported: a request whose value differs from the server's runs in a real
+subprocess, since the preloaded modules have already read theirs."""
+
+
+def import_time_environment(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES)}
+
+
+# ---------------------------------------------------------------- client side (the pytest process)
+
+class _Server:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = dict(env)
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve())], cwd=REPO, env=self.env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        ready = self._reply(timeout=300)
+        if ready.get("ready") is not True:
+            raise RuntimeError(f"the test zygote did not start: {ready}")
+
+    def _reply(self, timeout: Optional[float]) -> dict:
+        fd = self.proc.stdout.fileno()
+        if timeout is not None and not select.select([fd], [], [], timeout)[0]:
+            raise TimeoutError
+        line = self.proc.stdout.readline()
+        if not line:
+            raise ConnectionError(f"the test zygote exited with {self.proc.wait()}")
+        return json.loads(line)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+        with tempfile.TemporaryDirectory(prefix="zygote-") as tmp:
+            out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
+            request = dict(args=args, cwd=str(cwd), env=env, stdout=str(out), stderr=str(err))
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+            pid = self._reply(timeout=60)["pid"]
+            try:
+                status = self._reply(timeout=timeout)
+            except TimeoutError:
+                os.kill(pid, signal.SIGKILL)
+                self._reply(timeout=60)
+                raise subprocess.TimeoutExpired([sys.executable, "-m", "gigpo.cli", *args], timeout,
+                                                output=out.read_text(errors="replace"),
+                                                stderr=err.read_text(errors="replace"))
+            return subprocess.CompletedProcess([sys.executable, "-m", "gigpo.cli", *args], status["returncode"],
+                                               out.read_text(errors="replace"), err.read_text(errors="replace"))
+
+    def close(self) -> None:
+        if self.alive():
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+_server: Optional[_Server] = None
+_lock = threading.Lock()
+
+
+def run_cli(args: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """`python -m gigpo.cli ARGS` in `cwd` with environment `env`, like subprocess.run(capture_output=True, text=True)
+    (TimeoutExpired after `timeout` s, the process killed), forked from the preloaded server where it can be."""
+    global _server
+    if os.environ.get("GIGPO_TEST_ZYGOTE", "1") == "0":
+        return _subprocess(args, cwd, env, timeout)
+    with _lock:
+        if _server is None or not _server.alive():
+            _server = _Server(env)
+            atexit.register(_server.close)
+        if import_time_environment(env) != import_time_environment(_server.env):
+            return _subprocess(args, cwd, env, timeout)
+        return _server.run(args, cwd, env, timeout)
+
+
+def _subprocess(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gigpo.cli", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# ---------------------------------------------------------------- server side
+
+def _child(request: dict, protocol_fds: tuple[int, int]) -> None:
+    """In the forked child: become `python -m gigpo.cli ARGS` and never return."""
+    import gigpo.cli
+
+    code = 1
+    try:
+        for fd in protocol_fds:
+            os.close(fd)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(target, fd)
+            os.close(target)
+        sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
+        sys.argv = [gigpo.cli.__file__, *request["args"]]
+        # `python -m gigpo.cli` makes the module __main__: a spawned child (the env pool's workers) then imports it
+        # by that name before unpickling what it was sent.
+        sys.modules["__main__"] = gigpo.cli
+        try:
+            code = gigpo.cli.main()
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+            if not isinstance(stop.code, (int, type(None))):
+                print(stop.code, file=sys.stderr)
+        except KeyboardInterrupt:
+            traceback.print_exc()
+            code = 130
+        except BaseException:  # the interpreter's own behaviour: print the traceback, exit 1
+            traceback.print_exc()
+            code = 1
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+def serve() -> None:
+    protocol_in = os.fdopen(os.dup(0), "r")
+    protocol_out = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    sys.path[0] = str(REPO)
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    protocol_out.write(json.dumps({"ready": True}) + "\n")
+    protocol_out.flush()
+    for line in protocol_in:
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(request, (protocol_in.fileno(), protocol_out.fileno()))
+        protocol_out.write(json.dumps({"pid": pid}) + "\n")
+        protocol_out.flush()
+        _, status = os.waitpid(pid, 0)
+        protocol_out.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
+        protocol_out.flush()
+
+
+if __name__ == "__main__":
+    serve()
