@@ -6,8 +6,6 @@ one demonstration episode started, no warm-up step taken, no iteration logged.
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from gigpo.envs.alfworld import SAMPLE_TASKS_DIR
 from gigpo.envs.demos import NoExpertError, collect_demonstrations
 from gigpo.trainer.sft_warm_start import check_before_sft_warmup
 from support.run import REPO, SMALL, clean_env
+from support.zygote import run_cli
 
 WARM = ["trainer.sft_steps=5", "trainer.sft_rooms=400", "trainer.sft_batch_size=4"]
 
@@ -25,9 +24,8 @@ WARM = ["trainer.sft_steps=5", "trainer.sft_rooms=400", "trainer.sft_batch_size=
 def train_fails(tmp_path: Path, recipe: str, *overrides: str) -> str:
     """`gigpo train` that must stop with a recipe error (exit code 2) before any iteration; its one-line error."""
     run = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "gigpo.cli", "train", recipe, *SMALL, *overrides,
-                           f"trainer.run_dir={run}"], cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env=clean_env())
+    proc = run_cli(["train", recipe, *SMALL, *overrides, f"trainer.run_dir={run}"], cwd=REPO, env=clean_env(),
+                   timeout=600)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "expert-labelled states" not in proc.stdout  # no demonstrations played
     assert not (run / "metrics.jsonl").exists() and not (run / "warmup" / "hf").exists()

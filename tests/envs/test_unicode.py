@@ -6,13 +6,10 @@ import base64
 import gzip
 import json
 import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import gymnasium as gym
-import pytest
 from transformers import AutoTokenizer
 
 from envs.unicode_env import DRINKS
@@ -20,6 +17,7 @@ from gigpo.cli import main
 from gigpo.envs import EnvPool, text_space
 from gigpo.envs.prompt import PromptBuilder
 from support.run import clean_env
+from support.zygote import run_cli
 
 CAFE = "envs.unicode_env:unicode/Cafe-v0"
 
@@ -95,8 +93,7 @@ trainer: {{iterations: 1, micro_token_budget: 2048, mini_batch_size: 64, run_dir
 logging: {{wandb_mode: disabled, progress: false, rollouts_every: 1}}
 """)
     for args in (["train", str(recipe)], ["view", str(tmp_path / "run"), "--export", str(tmp_path / "view.html")]):
-        proc = subprocess.run([sys.executable, "-m", "gigpo", *args], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=900)
+        proc = run_cli(args, cwd=tmp_path, env=env, timeout=900)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "record of iteration" not in proc.stdout  # a record that failed to write says so and goes on
     html = (tmp_path / "view.html").read_text(encoding="utf-8")

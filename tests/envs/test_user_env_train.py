@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from support.run import clean_env
+from support.zygote import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "guess_number.py"
@@ -44,8 +45,7 @@ def user_env(tmp_path: Path) -> dict[str, str]:
 
 
 def gigpo(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "gigpo", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = run_cli(list(args), cwd=cwd, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
 import yaml
 
 from gigpo.config import Config, RecipeError, build_config, dump_config, load_config
+from support.zygote import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
@@ -101,7 +102,7 @@ def test_dump_round_trips(tmp_path: Path) -> None:
 
 
 def gigpo(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gigpo.cli", *args], capture_output=True, text=True, cwd=REPO)
+    return run_cli(list(args), cwd=REPO, env=dict(os.environ), timeout=900)
 
 
 def test_cli_config_prints_resolved_recipe_and_fails_on_bad_keys() -> None:

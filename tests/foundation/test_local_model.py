@@ -5,8 +5,7 @@ and generating what transformers does, greedy token for token, is tests/rollout/
 started here as well cost one more vLLM start-up (about 25 s) for the same check."""
 from __future__ import annotations
 
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import torch
 
 from gigpo.models.local import IM_END, PRESETS, cached_local_model
 from gigpo.models.resolve import resolve_model_path
+from support.zygote import run_cli
 
 MESSAGES = [{"role": "system", "content": "You push boxes."}, {"role": "user", "content": "Your task is to: go up."}]
 
@@ -21,8 +21,8 @@ MESSAGES = [{"role": "system", "content": "You push boxes."}, {"role": "user", "
 @pytest.fixture(scope="module")
 def cli_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("model") / "tiny"
-    proc = subprocess.run([sys.executable, "-m", "gigpo.cli", "model", "init", "--out", str(out), "--preset", "tiny"],
-                          capture_output=True, text=True)
+    proc = run_cli(["model", "init", "--out", str(out), "--preset", "tiny"], cwd=Path.cwd(), env=dict(os.environ),
+                   timeout=900)
     assert proc.returncode == 0, proc.stderr
     return out
 

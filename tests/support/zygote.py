@@ -42,7 +42,18 @@ subprocess, since the preloaded modules have already read theirs."""
 
 
 def import_time_environment(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES)}
+    """The variables that must equal the server's; PYTHONPATH may only add folders in front of the server's (the
+    child puts them on sys.path as a fresh interpreter would: a user's environment module, a test's helpers)."""
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES) and k != "PYTHONPATH"}
+
+
+def added_python_path(env: dict[str, str], server_env: dict[str, str]) -> Optional[list[str]]:
+    """The folders `env`'s PYTHONPATH puts before the server's, or None when it is not such an extension."""
+    ours = [p for p in server_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    theirs = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if theirs[len(theirs) - len(ours):] != ours:
+        return None
+    return theirs[:len(theirs) - len(ours)]
 
 
 # ---------------------------------------------------------------- client side (the pytest process)
@@ -71,7 +82,8 @@ class _Server:
     def run(self, args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
         with tempfile.TemporaryDirectory(prefix="zygote-") as tmp:
             out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
-            request = dict(args=args, cwd=str(cwd), env=env, stdout=str(out), stderr=str(err))
+            request = dict(args=args, cwd=str(cwd), env=env, stdout=str(out), stderr=str(err),
+                           python_path=added_python_path(env, self.env))
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
             pid = self._reply(timeout=60)["pid"]
@@ -110,7 +122,8 @@ def run_cli(args: list[str], *, cwd: Path, env: dict[str, str], timeout: float) 
         if _server is None or not _server.alive():
             _server = _Server(env)
             atexit.register(_server.close)
-        if import_time_environment(env) != import_time_environment(_server.env):
+        if (import_time_environment(env) != import_time_environment(_server.env)
+                or added_python_path(env, _server.env) is None):
             return _subprocess(args, cwd, env, timeout)
         return _server.run(args, cwd, env, timeout)
 
@@ -141,7 +154,8 @@ def _child(request: dict, protocol_fds: tuple[int, int]) -> None:
             target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(target, fd)
             os.close(target)
-        sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
+        sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first, then PYTHONPATH's folders
+        sys.path[1:1] = request["python_path"]
         sys.argv = [gigpo.cli.__file__, *request["args"]]
         # `python -m gigpo.cli` makes the module __main__: a spawned child (the env pool's workers) then imports it
         # by that name before unpickling what it was sent.

@@ -5,13 +5,14 @@ import base64
 import gzip
 import json
 import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
 from viewer_helpers import make_recorder, synthetic_rollout, write_run
 
 from gigpo.viewer.run import NotARunError, open_run
+from support.zygote import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,8 +29,7 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 def gigpo_view(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gigpo.cli", "view", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    return run_cli(["view", *args], cwd=REPO, env=dict(os.environ), timeout=120)
 
 
 def test_open_run_indexes_records_and_explains_what_is_missing(run_dir: Path, tmp_path: Path) -> None:

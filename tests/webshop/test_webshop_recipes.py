@@ -21,15 +21,13 @@ def test_warmup_refuses_expert_answers_longer_than_the_rollout_may_write(tmp_pat
     """WebShop's expert searches with the goal's words: 12-31 tokens with the shop's tokenizer. A recipe whose
     rollout.max_new_tokens is shorter would warm up on answers generation always cuts (every search refused),
     so `gigpo train` stops after collecting the demonstrations, before any warm-up step, and names the fix."""
-    import subprocess
-    import sys
-
     from support.run import REPO, clean_env
+    from support.zygote import run_cli
 
-    cmd = [sys.executable, "-m", "gigpo.cli", "train", "recipes/webshop_tiny.yaml", "rollout.max_new_tokens=10",
+    args = ["train", "recipes/webshop_tiny.yaml", "rollout.max_new_tokens=10",
            "trainer.sft_rooms=4", "env.kwargs.num_products=100", "env.workers=1", "logging.progress=false",
            "logging.wandb_mode=disabled", f"trainer.run_dir={tmp_path / 'run'}"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=clean_env())
+    proc = run_cli(args, cwd=REPO, env=clean_env(), timeout=600)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "longer than rollout.max_new_tokens=10" in proc.stderr and "set rollout.max_new_tokens: " in proc.stderr
     assert "warm-up: step" not in proc.stdout + proc.stderr
