@@ -18,8 +18,8 @@ from gigpo.envs.pool import EnvPool
 from gigpo.envs.prompt import PromptBuilder
 
 
-def test_expert_wins_every_task_type_through_the_pool(alfworld_data: Path) -> None:
-    result = evaluate(expert_policy, str(alfworld_data), split="train", workers=2, env_kwargs={"expert": True})
+def test_expert_wins_every_task_type_through_the_pool(sample_data: Path) -> None:
+    result = evaluate(expert_policy, str(sample_data), split="train", workers=2, env_kwargs={"expert": True})
     assert result.episodes == len(TASK_TYPES)
     assert result.by_type == {t: (1, 1) for t in TASK_TYPES}, result.summary()
     assert result.success == 1.0 and 0 < result.mean_steps <= 50
@@ -27,9 +27,9 @@ def test_expert_wins_every_task_type_through_the_pool(alfworld_data: Path) -> No
     assert result.metrics()["eval/alfworld/success/pick_two_obj_and_place"] == 1.0
 
 
-def test_group_shares_a_task_and_the_prompt_lists_admissible_commands(alfworld_data: Path, tiny_model_dir: Path) -> None:
+def test_group_shares_a_task_and_the_prompt_lists_admissible_commands(sample_data: Path, tiny_model_dir: Path) -> None:
     builder = PromptBuilder(AutoTokenizer.from_pretrained(tiny_model_dir), max_steps=50)
-    with EnvPool(ENV_ID, {"data_path": str(alfworld_data)}, workers=1) as pool:
+    with EnvPool(ENV_ID, {"data_path": str(sample_data)}, workers=1) as pool:
         first, second = pool.reset([3], group_size=2)
         assert (first.task, first.observation, first.task_type) == (second.task, second.observation, second.task_type)
         assert first.task_type in TASK_TYPES and first.task and "Your task is to" not in first.observation
@@ -41,8 +41,8 @@ def test_group_shares_a_task_and_the_prompt_lists_admissible_commands(alfworld_d
             assert command in prompt
 
 
-def test_inadmissible_action_is_penalised_and_does_not_advance(alfworld_data: Path) -> None:
-    env = gym.make(ENV_ID, data_path=str(alfworld_data), anchor="state", invalid_action_penalty=0.5).unwrapped
+def test_inadmissible_action_is_penalised_and_does_not_advance(sample_data: Path) -> None:
+    env = gym.make(ENV_ID, data_path=str(sample_data), anchor="state", invalid_action_penalty=0.5).unwrapped
     observation, info = env.reset(seed=0)
     before = (observation, info["anchor"], info["admissible_actions"])
     for text in ("<action>fly to the moon</action>", "go to the fridge without tags"):
@@ -57,8 +57,8 @@ def test_inadmissible_action_is_penalised_and_does_not_advance(alfworld_data: Pa
     assert step_info["anchor"].startswith(f"at: {target[len('go to '):]}") and step_info["anchor"] != before[1]
 
 
-def test_state_anchor_tells_apart_equal_texts_and_episodes_truncate(alfworld_data: Path) -> None:
-    env = gym.make(ENV_ID, data_path=str(alfworld_data), anchor="state", max_episode_steps=4)
+def test_state_anchor_tells_apart_equal_texts_and_episodes_truncate(sample_data: Path) -> None:
+    env = gym.make(ENV_ID, data_path=str(sample_data), anchor="state", max_episode_steps=4)
     _, info = env.reset(seed=1)
     places = [c for c in info["admissible_actions"] if c.startswith("go to ")][:2]
     anchors, observations = [], []
@@ -72,12 +72,12 @@ def test_state_anchor_tells_apart_equal_texts_and_episodes_truncate(alfworld_dat
     assert truncated  # the 4th step of a 4-step episode
     with pytest.raises(EpisodeOverError, match="truncated after 4 step"):
         env.step("<action>inventory</action>")
-    assert gym.make(ENV_ID, data_path=str(alfworld_data)).spec.max_episode_steps == 50  # the paper's budget
+    assert gym.make(ENV_ID, data_path=str(sample_data)).spec.max_episode_steps == 50  # the paper's budget
 
 
-def test_history_anchor_keys_equal_texts_by_the_recent_path(alfworld_data: Path) -> None:
+def test_history_anchor_keys_equal_texts_by_the_recent_path(sample_data: Path) -> None:
     """`anchor="history"`: the same text reached along different recent paths is two keys, the same path one."""
-    env = gym.make(ENV_ID, data_path=str(alfworld_data), anchor="history", anchor_history=1).unwrapped
+    env = gym.make(ENV_ID, data_path=str(sample_data), anchor="history", anchor_history=1).unwrapped
 
     def play(place: str) -> list[str]:
         _, info = env.reset(seed=1)
@@ -99,18 +99,18 @@ def test_history_anchor_keys_equal_texts_by_the_recent_path(alfworld_data: Path)
     assert a[3].startswith(a[1].split("\n")[-1])  # which starts with the observation the inventory came from
 
 
-def test_bad_env_arguments_name_the_input(alfworld_data: Path) -> None:
+def test_bad_env_arguments_name_the_input(sample_data: Path) -> None:
     with pytest.raises(ValueError, match="anchor='facts'"):
-        gym.make(ENV_ID, data_path=str(alfworld_data), anchor="facts")
+        gym.make(ENV_ID, data_path=str(sample_data), anchor="facts")
     with pytest.raises(ValueError, match="anchor_history=0"):
-        gym.make(ENV_ID, data_path=str(alfworld_data), anchor="history", anchor_history=0)
+        gym.make(ENV_ID, data_path=str(sample_data), anchor="history", anchor_history=0)
     with pytest.raises(FileNotFoundError, match="nowhere"):
-        gym.make(ENV_ID, data_path=str(alfworld_data / "nowhere"))
+        gym.make(ENV_ID, data_path=str(sample_data / "nowhere"))
 
 
-def test_episodes_keep_their_own_random_stream(alfworld_data: Path) -> None:
+def test_episodes_keep_their_own_random_stream(sample_data: Path) -> None:
     """Same seed -> same episode, however other code (or another episode in the worker) uses `random`."""
-    make = lambda: gym.make(ENV_ID, data_path=str(alfworld_data), expert=True).unwrapped  # noqa: E731
+    make = lambda: gym.make(ENV_ID, data_path=str(sample_data), expert=True).unwrapped  # noqa: E731
     a, b = make(), make()
     random.seed(123)
     expected_next = random.random()
