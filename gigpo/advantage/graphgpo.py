@@ -25,8 +25,6 @@ step part is 0; the advantage is the episode part alone (0 when the returns R(ta
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra
 
 from gigpo.advantage.estimators import AdvantageOptions, episode_part, register_estimator, scored, step_groups
 from gigpo.advantage.rows import StepRows
@@ -44,6 +42,10 @@ def goal_distances(rows: StepRows, layout: TrajectoryLayout, node: np.ndarray, n
     node of trajectory t is n_nodes + n_groups + t. One sparse graph holds every group (they share no
     node), and one multi-source search from all goals gives each node its distance to its group's goal.
     """
+    # imported here: scipy.sparse costs every `gigpo` process ~0.5 s at start, and only this estimator needs it
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import dijkstra
+
     traj_return = np.bincount(layout.traj_id, weights=rows.reward, minlength=layout.n_trajs)
     reached = traj_return > goal_return
     order = layout.order
