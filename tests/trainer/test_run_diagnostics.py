@@ -3,15 +3,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from support.run import metrics_of, train
+from support.run import WARM, metrics_of, train
 
-# a short warm-up teaches the answer format, so responses hold tagged actions the diagnostics can find
-WARM = ["trainer.sft_steps=60", "trainer.sft_rooms=40", "trainer.sft_batch_size=32", "env.num_groups=3",
-        "env.group_size=4", "env.max_steps=4", "trainer.mini_batch_size=null", "trainer.mini_batches=4"]
+# the suite's shared warm-up (cached once per machine) teaches the answer format, so responses hold tagged
+# actions the diagnostics can find
+SIZES = ["env.num_groups=3", "env.group_size=4", "trainer.mini_batch_size=null", "trainer.mini_batches=4"]
 
 
 def test_a_run_logs_action_token_kl_clip_and_the_log_prob_gap(tmp_path: Path) -> None:
-    train(tmp_path / "run", *WARM, "trainer.iterations=2")
+    train(tmp_path / "run", *WARM, *SIZES, "trainer.iterations=2")
     trained = [r for r in metrics_of(tmp_path / "run") if r["iteration"] > 0]
     assert len(trained) == 2
     for record in trained:
