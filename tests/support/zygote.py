@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Optional
@@ -61,15 +62,16 @@ def added_python_path(env: dict[str, str], server_env: dict[str, str]) -> Option
 class _Server:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = dict(env)
+        # unbuffered: select() on the pipe must see every reply line that has not been read yet
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve())], cwd=REPO, env=self.env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     bufsize=0)
         ready = self._reply(timeout=300)
         if ready.get("ready") is not True:
             raise RuntimeError(f"the test zygote did not start: {ready}")
 
-    def _reply(self, timeout: Optional[float]) -> dict:
-        fd = self.proc.stdout.fileno()
-        if timeout is not None and not select.select([fd], [], [], timeout)[0]:
+    def _reply(self, timeout: float) -> dict:
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
             raise TimeoutError
         line = self.proc.stdout.readline()
         if not line:
@@ -80,23 +82,50 @@ class _Server:
         return self.proc.poll() is None
 
     def run(self, args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+        """The child writes into two FIFOs read here until every process holding them has closed them, as
+        subprocess.run's pipes are: what the command started and left running still holds the test up (a
+        multiprocessing resource tracker ends a moment after the command; a file would not wait for it)."""
+        command = [sys.executable, "-m", "gigpo.cli", *args]
         with tempfile.TemporaryDirectory(prefix="zygote-") as tmp:
-            out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
-            request = dict(args=args, cwd=str(cwd), env=env, stdout=str(out), stderr=str(err),
-                           python_path=added_python_path(env, self.env))
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
-            self.proc.stdin.flush()
-            pid = self._reply(timeout=60)["pid"]
+            paths = [Path(tmp, "stdout"), Path(tmp, "stderr")]
+            for path in paths:
+                os.mkfifo(path)
+            readers = [os.open(path, os.O_RDONLY | os.O_NONBLOCK) for path in paths]
             try:
-                status = self._reply(timeout=timeout)
-            except TimeoutError:
+                request = dict(args=args, cwd=str(cwd), env=env, stdout=str(paths[0]), stderr=str(paths[1]),
+                               python_path=added_python_path(env, self.env))
+                self.proc.stdin.write((json.dumps(request) + "\n").encode())
+                pid = self._reply(timeout=60)["pid"]  # sent once the child holds the FIFOs' write ends
+                returncode, out, err = self._collect(pid, readers, timeout, command)
+            finally:
+                for fd in readers:
+                    os.close(fd)
+        return subprocess.CompletedProcess(command, returncode, out, err)
+
+    def _collect(self, pid: int, readers: list[int], timeout: float, command: list[str]) -> tuple[int, str, str]:
+        chunks: dict[int, list[bytes]] = {fd: [] for fd in readers}
+        open_fds, returncode = set(readers), None
+        deadline = time.monotonic() + timeout
+        while open_fds or returncode is None:
+            waiting = list(open_fds) + ([self.proc.stdout] if returncode is None else [])
+            ready = select.select(waiting, [], [], max(0.0, deadline - time.monotonic()))[0]
+            if not ready:
                 os.kill(pid, signal.SIGKILL)
-                self._reply(timeout=60)
-                raise subprocess.TimeoutExpired([sys.executable, "-m", "gigpo.cli", *args], timeout,
-                                                output=out.read_text(errors="replace"),
-                                                stderr=err.read_text(errors="replace"))
-            return subprocess.CompletedProcess([sys.executable, "-m", "gigpo.cli", *args], status["returncode"],
-                                               out.read_text(errors="replace"), err.read_text(errors="replace"))
+                if returncode is None:
+                    self._reply(timeout=60)
+                text = [b"".join(chunks[fd]).decode(errors="replace") for fd in readers]
+                raise subprocess.TimeoutExpired(command, timeout, output=text[0], stderr=text[1])
+            for fd in ready:
+                if fd is self.proc.stdout:
+                    returncode = self._reply(timeout=60)["returncode"]
+                    continue
+                data = os.read(fd, 1 << 16)
+                if data:
+                    chunks[fd].append(data)
+                else:
+                    open_fds.discard(fd)
+        out, err = (b"".join(chunks[fd]).decode(errors="replace") for fd in readers)
+        return returncode, out, err
 
     def close(self) -> None:
         if self.alive():
@@ -110,6 +139,15 @@ class _Server:
 
 _server: Optional[_Server] = None
 _lock = threading.Lock()
+_BASE_ENV = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_SIZE",
+                                                               "MASTER_ADDR", "MASTER_PORT")}
+"""The server's environment: this process's as the test session began, before any test set a marker variable in it
+(a marker in the server's own environment block would make it one of the processes a test looks for)."""
+
+
+def server_pid() -> Optional[int]:
+    """The running server's pid (tests that look for leftover processes leave it out: it outlives every test)."""
+    return _server.proc.pid if _server is not None and _server.alive() else None
 
 
 def run_cli(args: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
@@ -120,7 +158,7 @@ def run_cli(args: list[str], *, cwd: Path, env: dict[str, str], timeout: float) 
         return _subprocess(args, cwd, env, timeout)
     with _lock:
         if _server is None or not _server.alive():
-            _server = _Server(env)
+            _server = _Server(_BASE_ENV)
             atexit.register(_server.close)
         if (import_time_environment(env) != import_time_environment(_server.env)
                 or added_python_path(env, _server.env) is None):
@@ -135,7 +173,7 @@ def _subprocess(args: list[str], cwd: Path, env: dict[str, str], timeout: float)
 
 # ---------------------------------------------------------------- server side
 
-def _child(request: dict, protocol_fds: tuple[int, int]) -> None:
+def _child(request: dict, outputs: tuple[int, int], protocol_fds: tuple[int, int]) -> None:
     """In the forked child: become `python -m gigpo.cli ARGS` and never return."""
     import gigpo.cli
 
@@ -150,8 +188,7 @@ def _child(request: dict, protocol_fds: tuple[int, int]) -> None:
         os.environ.update(request["env"])
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
-        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        for fd, target in zip((1, 2), outputs):
             os.dup2(target, fd)
             os.close(target)
         sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first, then PYTHONPATH's folders
@@ -199,9 +236,13 @@ def serve() -> None:
         request = json.loads(line)
         sys.stdout.flush()
         sys.stderr.flush()
+        # the client holds the FIFOs' read ends open, so these opens do not block
+        outputs = (os.open(request["stdout"], os.O_WRONLY), os.open(request["stderr"], os.O_WRONLY))
         pid = os.fork()
         if pid == 0:
-            _child(request, (protocol_in.fileno(), protocol_out.fileno()))
+            _child(request, outputs, (protocol_in.fileno(), protocol_out.fileno()))
+        for fd in outputs:
+            os.close(fd)
         protocol_out.write(json.dumps({"pid": pid}) + "\n")
         protocol_out.flush()
         _, status = os.waitpid(pid, 0)
