@@ -14,6 +14,10 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The launch memory check compares a plan with the RAM free at that moment, which under `make test` includes what the
+# other worker's test holds: the same test passed or was refused by the neighbour's memory. tests/foundation/test_plan.py
+# turns it back on where the check is what is tested.
+os.environ.setdefault("GIGPO_PLAN_CHECK", "0")
 
 
 @pytest.fixture(scope="session")
