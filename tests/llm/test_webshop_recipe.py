@@ -14,14 +14,16 @@ RECIPE = "recipes/webshop_smollm2.yaml"
 
 def test_one_shortened_iteration(smollm2_dir, tmp_path: Path) -> None:
     run = tmp_path / "webshop-smollm2"
-    dtype = "bf16" if cpu_has_fast_bf16() else "fp32"  # as tests/llm/test_train.py: bf16 is emulated on AVX2 CPUs
+    dtype = "bf16" if cpu_has_fast_bf16() else "fp32"  # as test_alfworld_recipe.py: bf16 is emulated on AVX2 CPUs
+    # rollout.kv_cache_gb=1 (the recipe's 2): the CPU engine's smallest cache, plenty for 2 sequences, and a GiB
+    # less for the launch's memory check beside other tests.
     # the fetched model by its path, and an empty cache otherwise: a warm-up cached by an earlier run of this test
     # on this machine would be reused, and no warm-up step would run
     proc = gigpo("train", RECIPE, f"model.path={smollm2_dir}", f"model.dtype={dtype}", "rollout.enforce_eager=true",
-                 "env.kwargs.num_products=100", "env.num_groups=1", "env.group_size=2", "env.max_steps=2",
-                 "env.eval_episodes=1", "trainer.sft_steps=1", "trainer.sft_rooms=4", "trainer.sft_batch_size=2",
-                 "trainer.iterations=1", "logging.wandb_mode=disabled", "logging.progress=false",
-                 f"trainer.run_dir={run}", env={"GIGPO_CACHE": str(tmp_path / "cache")})
+                 "rollout.kv_cache_gb=1", "env.kwargs.num_products=100", "env.num_groups=1", "env.group_size=2",
+                 "env.max_steps=2", "env.eval_episodes=1", "trainer.sft_steps=1", "trainer.sft_rooms=4",
+                 "trainer.sft_batch_size=2", "trainer.iterations=1", "logging.wandb_mode=disabled",
+                 "logging.progress=false", f"trainer.run_dir={run}", env={"GIGPO_CACHE": str(tmp_path / "cache")})
     assert "warm-up: step 1/1" in proc.stdout + proc.stderr  # the expert's answers fit the recipe's 64 tokens
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in records] == [0, 1]

@@ -110,11 +110,9 @@ SLOW_ALLOWED: dict[str, str] = {
     "tests/alfworld/test_generate.py::test_one_solvable_task_of_every_type_in_the_official_format":
         "generates and verifies one task of each of the six types",
     "tests/llm/test_alfworld_recipe.py::test_one_shortened_iteration":
-        "SmolLM2-135M through warm-up, vLLM and DeepSpeed on ALFWorld prompts",
+        "SmolLM2-135M through warm-up, vLLM with verified syncs and DeepSpeed on ALFWorld prompts (module fixture)",
     "tests/llm/test_webshop_recipe.py::test_one_shortened_iteration":
         "SmolLM2-135M through warm-up, vLLM and DeepSpeed on WebShop pages",
-    "tests/llm/test_train.py":
-        "SmolLM2-135M trained one iteration through vLLM (module fixture)",
     "tests/llm/test_generation.py":
         "SmolLM2-135M in vLLM against transformers",
     "tests/llm/test_asset.py::test_the_cached_conversion_is_a_plain_bf16_llama_directory":

@@ -17,8 +17,11 @@ def metrics(run_dir: Path) -> list[dict]:
 
 
 def test_alfworld_7b_lora_recipe_one_iteration_with_a_tiny_local_model(tmp_path: Path) -> None:
+    """Also the paper's ALFWorld recipe's CPU run (alfworld_7b.yaml, which the LoRA recipe builds on unchanged but
+    for LoRA, lr, KL, ranks and ZeRO stage): its env, prompt and answer sizes and micro-batching run here."""
     config = gigpo("config", "recipes/alfworld_7b_lora.yaml").stdout
     assert "enabled: true" in config and "rank: 64" in config and "alpha: 64.0" in config
+    assert "id: gigpo/ALFWorld-v0" in config and "max_prompt_tokens: 2048" in config  # alfworld_7b.yaml's settings
     run = tmp_path / "alfworld_lora"
     gigpo("train", "recipes/alfworld_7b_lora.yaml", "model.init=tiny",
           # shrink the run to CPU size; the LoRA settings, ZeRO-3 and gradient checkpointing stay the recipe's
@@ -29,7 +32,8 @@ def test_alfworld_7b_lora_recipe_one_iteration_with_a_tiny_local_model(tmp_path:
           "logging.wandb_mode=disabled", "logging.progress=false", f"trainer.run_dir={run}")
     records = metrics(run)
     assert [r["iteration"] for r in records] == [0, 1]
-    assert records[1]["rollout/env_steps"] == 4
+    assert records[1]["rollout/env_steps"] == 4  # 2 episodes x 2 steps: no won episodes from a random model
+    assert records[1]["adv/rows"] == 4
     assert records[1]["loss/kl"] == pytest.approx(0.0, abs=1e-6)  # the adapters start at B = 0: policy = reference
     adapter = json.loads((run / "checkpoints" / "1" / "adapter" / "adapter_config.json").read_text())
     assert adapter["r"] == 64 and adapter["lora_alpha"] == 64
