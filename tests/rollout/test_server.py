@@ -297,7 +297,7 @@ def test_weight_sync_to_a_stopped_external_server_fails_within_30_s(served, trai
 def test_unreachable_external_server_is_named():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ServerError, match=f"{url} does not answer /health"):
-        ServerGenerator("unused", urls=[url])
+        ServerGenerator("unused", urls=[url], unresponsive_s=1.0)  # the default waits 8 s for a port nobody holds
 
 
 def serve_the_base_model(served: ServerGenerator, model_dir, version: int = 0, noise: float = 0.0) -> None:
