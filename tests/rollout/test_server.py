@@ -27,6 +27,10 @@ from support.run import (assert_generator_holds_the_trainers_weights, assert_sam
 from .conftest import GREEDY, assert_submitted_like_a_batch, sample_prompts, submit_and_wait
 
 TOKEN = "test-token"
+QUICK = 3.0
+"""unresponsive_s for the clients of the fault tests below: a stopped server is seen ~3-8 s after its last answer,
+not the default's 8-13 s (which `test_a_run_in_async_mode_names_a_server_that_stops_answering_within_30_s` keeps
+checking). Set only once the server is stopped, so a slow /health before the fault cannot fail a test."""
 
 
 @pytest.fixture(scope="module")
@@ -162,8 +166,10 @@ def test_server_that_stops_answering_mid_async_rollout_is_seen_within_30_s_and_r
         while first.poll() is None:
             time.sleep(0.2)
         seen["dead"] = time.monotonic()
+        served.unresponsive_s = unresponsive  # the replacement, starting under load, gets the default's patience
 
-    served.request_timeout_s, timeout = 60.0, served.request_timeout_s
+    timeout, unresponsive = served.request_timeout_s, served.unresponsive_s
+    served.request_timeout_s, served.unresponsive_s = 60.0, QUICK
     os.killpg(first.pid, signal.SIGSTOP)
     seen["stopped"] = time.monotonic()
     watcher = threading.Thread(target=time_of_death, daemon=True)
@@ -171,7 +177,7 @@ def test_server_that_stops_answering_mid_async_rollout_is_seen_within_30_s_and_r
     try:
         got = submit_and_wait(served, prompts, GREEDY, timeout_s=400)
     finally:
-        served.request_timeout_s = timeout
+        served.request_timeout_s, served.unresponsive_s = timeout, unresponsive
     watcher.join(timeout=5)
     assert seen["dead"] - seen["stopped"] < 30
     assert served.servers[0].process is not first and served.servers[0].process.poll() is None
@@ -211,6 +217,7 @@ def test_broadcast_sync_to_an_external_server_that_stops_answering_fails_within_
         synced = _sync_both(external, trainer, 510)
         external.update_weights(trainer[0].named_parameters(), synced)  # opens the group
         os.killpg(pid, signal.SIGSTOP)
+        external.unresponsive_s = QUICK
         start = time.monotonic()
         with pytest.raises(ServerError, match=f"{url} failed to take weights version {synced + 1} by broadcast: "
                                               f"{url} stopped answering: /health unanswered .* restart it"):
@@ -232,6 +239,7 @@ def test_external_server_that_stops_answering_fails_clearly(served, tiny_model_d
     external._version = served.version
     pid = served.servers[0].process.pid
     os.killpg(pid, signal.SIGSTOP)
+    external.unresponsive_s = QUICK
     start = time.monotonic()
     try:
         with pytest.raises(ServerError, match=f"{served.servers[0].url} failed: .*unanswered.*external"):
@@ -253,6 +261,7 @@ def test_external_server_that_stops_answering_mid_async_rollout_fails_its_reques
     try:
         assert len(submit_and_wait(external, prompts, GREEDY)) == len(prompts)  # the rollout's first turn
         os.killpg(pid, signal.SIGSTOP)
+        external.unresponsive_s = QUICK
         start = time.monotonic()
         with pytest.raises(ServerError, match=f"{url} stopped answering: /health unanswered .* restart it and resume"):
             submit_and_wait(external, prompts, GREEDY, timeout_s=90)
@@ -271,6 +280,7 @@ def test_weight_sync_to_a_stopped_external_server_fails_within_30_s(served, trai
     external._version = before = served.version
     pid = served.servers[0].process.pid
     os.killpg(pid, signal.SIGSTOP)
+    external.unresponsive_s = QUICK
     start = time.monotonic()
     try:
         with pytest.raises(ServerError, match=f"{url} failed to take weights version {before + 1}: {url} stopped "
@@ -287,7 +297,7 @@ def test_weight_sync_to_a_stopped_external_server_fails_within_30_s(served, trai
 def test_unreachable_external_server_is_named():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ServerError, match=f"{url} does not answer /health"):
-        ServerGenerator("unused", urls=[url])
+        ServerGenerator("unused", urls=[url], unresponsive_s=1.0)  # the default waits 8 s for a port nobody holds
 
 
 def serve_the_base_model(served: ServerGenerator, model_dir, version: int = 0, noise: float = 0.0) -> None:

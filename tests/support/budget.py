@@ -123,8 +123,6 @@ SLOW_ALLOWED: dict[str, str] = {
         "Chromium drives gigpo view",
     "tests/trainer/test_no_shock.py::test_three_rl_iterations_keep_a_sharp_warm_started_policy":
         "a warm-up to 100% and three RL iterations after it",
-    "tests/trainer/test_sync_check.py::test_a_wrong_sync_stops_training_naming_gap_bound_and_setting":
-        "a vLLM run whose sync is broken on purpose",
     "tests/trainer/test_lora_train.py::test_alfworld_7b_lora_recipe_one_iteration_with_a_tiny_local_model":
         "the ALFWorld LoRA recipe, one iteration",
     "tests/trainer/test_lora_train.py::test_killed_lora_run_resumes_and_reproduces_the_next_iteration":

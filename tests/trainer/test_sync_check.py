@@ -29,7 +29,10 @@ def test_a_wrong_sync_stops_training_naming_gap_bound_and_setting(tmp_path: Path
     run = tmp_path / "wrong_sync"
     cmd = [sys.executable, "-c", DRIVER, "train", "recipes/sokoban_tiny.yaml", *SMALL, f"trainer.run_dir={run}",
            "rollout.backend=vllm", "rollout.enforce_eager=true", "model.dtype=fp32", "trainer.iterations=1",
-           "env.eval_episodes=1"]  # no rollout.verify_sync: the default must check
+           "env.eval_episodes=1",
+           # the engine core in this process: no second interpreter importing vLLM (~15 s). The verification is
+           # the same for every transport: update_weights (patched above) delivers, then the probe compares
+           "rollout.weight_sync=inprocess"]  # no rollout.verify_sync: the default must check
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, env=clean_env())
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-4000:]
     err = proc.stderr
