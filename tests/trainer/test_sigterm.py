@@ -32,7 +32,7 @@ from gigpo.infra.stopping import EXIT_CODE, StopRequested
 RECIPE = str(REPO / "recipes" / "sokoban_tiny.yaml")
 COMPARED_ITERATIONS = 4
 """The compared run's length: the stop comes once iteration 1 is logged, leaving 3 iterations (a few seconds each
-under load) for SIGINT to land before the run would end; the rerun trains only what is left (8 trained 4 more)."""
+under load) for SIGINT to land before the run would end; the rerun trains only what is left."""
 
 
 def own_directory(tmp_path: Path) -> Path:
