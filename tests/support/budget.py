@@ -35,8 +35,6 @@ SLOW_ALLOWED: dict[str, str] = {
         "a tensor-parallel engine over two ranks (external launcher)",
     "tests/trainer/test_sharded_train.py::test_step_data_stays_on_the_rank_that_played_it_in_async_dynamic_sampling_runs":
         "two ranks in async mode with dynamic sampling",
-    "tests/trainer/test_sharded_train.py::test_the_sync_check_runs_on_every_rank_under_zero3":
-        "two ZeRO-3 ranks, each with its sync check",
     "tests/trainer/test_launch.py::test_zero3_sync_check_with_a_generator_on_rank_0_alone":
         "two ZeRO-3 ranks with the generator on rank 0 only",
     "tests/trainer/test_launch.py::test_two_ranks_each_holding_its_share_update_as_one_rank_holding_all":
