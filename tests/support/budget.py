@@ -35,8 +35,6 @@ SLOW_ALLOWED: dict[str, str] = {
         "a tensor-parallel engine over two ranks (external launcher)",
     "tests/trainer/test_sharded_train.py::test_step_data_stays_on_the_rank_that_played_it_in_async_dynamic_sampling_runs":
         "two ranks in async mode with dynamic sampling",
-    "tests/trainer/test_launch.py::test_zero3_sync_check_with_a_generator_on_rank_0_alone":
-        "the module's one launch of every 2-rank case (ZeRO-2, ZeRO-3 LoRA, the ZeRO-3 sync check) starts here",
     "tests/trainer/test_train_loop.py::test_two_ranks_zero2_with_vllm_budget_stop_and_resume":
         "two ZeRO-2 ranks with vLLM, stopped by budget and resumed",
     "tests/rollout/test_inprocess_sync.py::test_two_ranks_each_sync_their_own_in_process_engine":
