@@ -30,9 +30,6 @@ from gigpo.infra.stopping import EXIT_CODE, StopRequested
 
 
 RECIPE = str(REPO / "recipes" / "sokoban_tiny.yaml")
-COMPARED_ITERATIONS = 4
-"""The compared run's length: the stop comes once iteration 1 is logged, leaving 3 iterations (a few seconds each
-under load) for SIGINT to land before the run would end; the rerun trains only what is left."""
 
 
 def own_directory(tmp_path: Path) -> Path:
@@ -51,7 +48,7 @@ def compare(out: Path, cwd: Path, tiny_model_dir: Path) -> subprocess.Popen:
     # and two more engine start-ups here cost about 30 s of CI for it
     cmd = [sys.executable, "-m", "gigpo.cli", "compare", RECIPE, *SMALL, "--algos", "gigpo",
            "--seeds", "1", "--out", str(out), f"model.path={tiny_model_dir}",
-           f"trainer.iterations={COMPARED_ITERATIONS}", "trainer.save_every=1", "trainer.eval_every=100"]
+           "trainer.iterations=8", "trainer.save_every=1", "trainer.eval_every=100"]
     return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
 
 
@@ -85,14 +82,14 @@ def test_sigterm_stops_compare_and_its_run_without_orphans_and_the_rerun_resumes
         time.sleep(0.5)
     assert processes_in(cwd) == {}
     stopped_at = max(r["iteration"] for r in metrics_so_far(run_dir))
-    assert stopped_at < COMPARED_ITERATIONS and not (run_dir / "done.json").exists()
+    assert stopped_at < 8 and not (run_dir / "done.json").exists()
 
     rerun = compare(out, cwd, tiny_model_dir)
     said, _ = rerun.communicate(timeout=400)
     assert rerun.returncode == 0, said[-3000:]
-    assert json.loads((run_dir / "done.json").read_text())["iterations"] == COMPARED_ITERATIONS
+    assert json.loads((run_dir / "done.json").read_text())["iterations"] == 8
     iterations = [r["iteration"] for r in metrics_so_far(run_dir)]
-    assert iterations[-1] == COMPARED_ITERATIONS and iterations.count(1) == 1, iterations  # resumed, not restarted from iteration 1
+    assert iterations[-1] == 8 and iterations.count(1) == 1, iterations  # resumed, not restarted from iteration 1
 
 
 def test_sigterm_to_a_two_rank_train_stops_every_rank_and_its_engine(tmp_path: Path, tiny_model_dir: Path) -> None:
