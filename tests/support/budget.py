@@ -35,16 +35,6 @@ SLOW_ALLOWED: dict[str, str] = {
         "a tensor-parallel engine over two ranks (external launcher)",
     "tests/trainer/test_sharded_train.py::test_step_data_stays_on_the_rank_that_played_it_in_async_dynamic_sampling_runs":
         "two ranks in async mode with dynamic sampling",
-    "tests/trainer/test_sharded_train.py::test_the_sync_check_runs_on_every_rank_under_zero3":
-        "two ZeRO-3 ranks, each with its sync check",
-    "tests/trainer/test_launch.py::test_zero3_sync_check_with_a_generator_on_rank_0_alone":
-        "two ZeRO-3 ranks with the generator on rank 0 only",
-    "tests/trainer/test_launch.py::test_two_ranks_each_holding_its_share_update_as_one_rank_holding_all":
-        "two ranks against one: the update's parity",
-    "tests/trainer/test_lora.py::test_two_rank_zero3_lora_update_equals_the_one_rank_update":
-        "two ZeRO-3 LoRA ranks against one",
-    "tests/trainer/test_collectives.py::test_every_loop_collective_runs_in_a_group_that_serves_only_accelerator_tensors":
-        "two ranks running every loop collective, under two default-group kinds",
     "tests/trainer/test_train_loop.py::test_two_ranks_zero2_with_vllm_budget_stop_and_resume":
         "two ZeRO-2 ranks with vLLM, stopped by budget and resumed",
     "tests/rollout/test_inprocess_sync.py::test_two_ranks_each_sync_their_own_in_process_engine":

@@ -1,11 +1,13 @@
-"""One rank of tests/trainer/test_collectives.py: every collective helper the loop uses, under the
-default group's backend given on the command line (`cuda:gloo` serves CUDA tensors only, as NCCL does).
+"""One rank of tests/trainer/test_collectives.py: every collective helper the loop uses, under each
+default-group backend given on the command line (`cuda:gloo` serves CUDA tensors only, as NCCL does), one
+world after the other in the same process (a process's start and imports cost more than its collectives).
 
-    python collectives_worker.py RANK WORLD PORT BACKEND OUT_DIR
+    python collectives_worker.py RANK WORLD OUT_DIR BACKEND:PORT [BACKEND:PORT ...]
 
-Writes OUT_DIR/rank{RANK}.json with what each helper returned; a helper that hands a group a tensor its
-backend does not serve raises (torch: "No backend type associated with device type cpu"), and the rank
-exits non-zero with that error on stderr.
+Writes OUT_DIR/rank{RANK}-{BACKEND}.json with what each helper returned; a helper that hands a group a tensor
+its backend does not serve raises (torch: "No backend type associated with device type cpu"), and the rank
+exits non-zero with that error and the backend on stderr. Each world gets its own port: the store of the one
+before may still hold its port while it closes.
 """
 from __future__ import annotations
 
@@ -15,7 +17,16 @@ import sys
 from pathlib import Path
 
 
-def main(rank: int, world: int, port: int, backend: str, out_dir: str) -> None:
+def main(rank: int, world: int, out_dir: str, worlds: list[str]) -> None:
+    for spec in worlds:
+        backend, port = spec.rsplit(":", 1)
+        try:
+            one_world(rank, world, int(port), backend, out_dir)
+        except Exception as exc:
+            raise RuntimeError(f"under backend {backend}: {exc}") from exc
+
+
+def one_world(rank: int, world: int, port: int, backend: str, out_dir: str) -> None:
     os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     from gigpo.trainer import distributed
@@ -36,8 +47,8 @@ def main(rank: int, world: int, port: int, backend: str, out_dir: str) -> None:
     }
     barrier()  # checkpoint.py's
     shutdown_distributed()
-    Path(out_dir, f"rank{info.rank}.json").write_text(json.dumps(result))
+    Path(out_dir, f"rank{info.rank}-{backend}.json").write_text(json.dumps(result))
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:])

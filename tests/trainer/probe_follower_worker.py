@@ -1,4 +1,5 @@
-"""One rank of the ZeRO-3 sync-check test (tests/trainer/test_launch.py), started by DeepSpeed's launcher.
+"""One rank of the ZeRO-3 sync-check test (tests/trainer/test_launch.py, through two_rank_cases_worker.py), started
+by DeepSpeed's launcher.
 
 Rank 0 alone holds a generator, as with generation servers; rank 1 holds none. Under ZeRO-3 the probe's
 trainer forward gathers every layer from both ranks, so rank 1 must run it too (`ProbeFollower`): without it
@@ -15,13 +16,20 @@ import torch
 from gigpo.config import build_config
 from gigpo.rollout.weight_sync import sync_weights
 from gigpo.rollout.weight_sync.verify import ProbeFollower, SyncMismatchError, SyncVerifier
-from gigpo.trainer.distributed import init_distributed, shutdown_distributed
+from gigpo.trainer.distributed import init_distributed, rank_info, shutdown_distributed
 from gigpo.trainer.engines import ActorEngine, settings_from_config
 from gigpo.trainer.setup import build_generator, build_verifier
 
 
 def main(model_dir: str, out_dir: str) -> None:
-    info = init_distributed()
+    init_distributed()
+    run(model_dir, out_dir)
+    shutdown_distributed()
+
+
+def run(model_dir: str, out_dir: str) -> None:
+    """The checks on ranks already joined (two_rank_cases_worker.py runs it beside other cases)."""
+    info = rank_info()
     config = build_config({"model": {"path": model_dir, "dtype": "fp32"}, "rollout": {"backend": "hf", "verify_sync": True},
                            "trainer": {"zero_stage": 3, "nprocs": 2, "micro_token_budget": 512}})
     actor = ActorEngine(model_dir, *settings_from_config(config))
@@ -42,7 +50,6 @@ def main(model_dir: str, out_dir: str) -> None:
         error = str(exc)
     if info.is_main:
         Path(out_dir, "result.json").write_text(json.dumps({"good": good, "error": error}))
-    shutdown_distributed()
 
 
 if __name__ == "__main__":

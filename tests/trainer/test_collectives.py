@@ -28,21 +28,31 @@ COLLECTIVES = {"all_reduce", "broadcast", "all_gather", "all_gather_into_tensor"
 """torch.distributed functions that take a group (or make one)."""
 
 
-def run_ranks(backend: str, out: Path, world: int = 2) -> list[dict]:
+BACKENDS = ["cuda:gloo", "gloo"]
+
+
+def run_ranks(backends: list[str], out: Path, world: int = 2) -> dict[str, list[dict]]:
+    """Two rank processes that run the worker's collectives under each backend in turn: backend -> each rank's
+    results."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(world), str(port), backend, str(out)], env=env,
+    worlds = [f"{backend}:{free_port()}" for backend in backends]
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(world), str(out), *worlds], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
     logs = [p.communicate(timeout=180) for p in procs]
     for p, (stdout, stderr) in zip(procs, logs):
-        assert p.returncode == 0, f"a rank failed under backend {backend}:\n{stderr[-2500:]}"
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+        assert p.returncode == 0, f"a rank failed:\n{stderr[-2500:]}"
+    return {b: [json.loads((out / f"rank{r}-{b}.json").read_text()) for r in range(world)] for b in backends}
 
 
-@pytest.mark.parametrize("backend", ["cuda:gloo", "gloo"])
-def test_every_loop_collective_runs_in_a_group_that_serves_only_accelerator_tensors(backend, tmp_path):
-    results = run_ranks(backend, tmp_path)
+@pytest.fixture(scope="module")
+def every_backend(tmp_path_factory) -> dict[str, list[dict]]:
+    return run_ranks(BACKENDS, tmp_path_factory.mktemp("collectives"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_loop_collective_runs_in_a_group_that_serves_only_accelerator_tensors(backend, every_backend):
+    results = every_backend[backend]
     for rank, got in enumerate(results):
         assert got["any_rank_last"] is True and got["any_rank_none"] is False
         assert got["gathered"] == [{"rank": 0, "loss/policy": 0.0}, {"rank": 1, "loss/policy": 0.5}]

@@ -1,4 +1,5 @@
-"""Two ranks through DeepSpeed's launcher: the one-controller design, ZeRO-2, on CPU (gloo)."""
+"""Two ranks through DeepSpeed's launcher: the one-controller design, ZeRO-2, ZeRO-3 with LoRA and the ZeRO-3 sync
+check, on CPU (gloo). One launch runs every 2-rank case (two_rank_cases_worker.py); each test reads its case."""
 from __future__ import annotations
 
 import json
@@ -10,39 +11,47 @@ import pytest
 import torch
 
 from gigpo.trainer.distributed import relaunch_command, relaunch_if_needed
+from gigpo.trainer.engines import ActorEngine
 from support.tolerance import metric_rel, relative_update_gap, samples_close
 
-WORKER = Path(__file__).parent / "two_rank_worker.py"
-PROBE_WORKER = Path(__file__).parent / "probe_follower_worker.py"
+WORKER = Path(__file__).parent / "two_rank_cases_worker.py"
 
 
-def launch_two_ranks(worker: Path, model_dir: Path, out_dir: Path) -> dict:
-    """Run `worker` on 2 ranks through DeepSpeed's launcher (one thread each); rank 0's result.json."""
+@pytest.fixture(scope="module")
+def two_ranks(tiny_model_dir, tmp_path_factory) -> Path:
+    """Every case of two_rank_cases_worker.py on 2 ranks in one DeepSpeed launch (one thread each): the folder
+    with each case's outputs (the tests below only read them)."""
+    out_dir = tmp_path_factory.mktemp("two_ranks")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
     env.pop("WORLD_SIZE", None)
-    cmd = relaunch_command([str(model_dir), str(out_dir)], nprocs=2, script=str(worker))
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    cmd = relaunch_command([str(tiny_model_dir), str(out_dir)], nprocs=2, script=str(WORKER))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads((out_dir / "result.json").read_text())
+    return out_dir
 
 
-def test_zero3_sync_check_with_a_generator_on_rank_0_alone(tiny_model_dir, tmp_path):
+def result_of(two_ranks: Path, case: str) -> dict:
+    """Rank 0's result.json of one case."""
+    return json.loads((two_ranks / case / "result.json").read_text())
+
+
+def test_zero3_sync_check_with_a_generator_on_rank_0_alone(two_ranks):
     """ZeRO-3 on 2 ranks, the generator on rank 0 only (the server layout): rank 1 runs the probe's collective
     forwards, so rank 0's check completes, passes a good sync and stops a bad one."""
-    result = launch_two_ranks(PROBE_WORKER, tiny_model_dir, tmp_path)
+    result = result_of(two_ranks, "probe")
     assert 0.0 <= result["good"] <= 2e-3  # fp32: the generator scores the probe as the trainer does
     assert "weight sync to version 2 failed verification" in result["error"]
 
 
-def test_two_ranks_each_holding_its_share_update_as_one_rank_holding_all(tiny_model_dir, tmp_path):
+def test_two_ranks_each_holding_its_share_update_as_one_rank_holding_all(tiny_model_dir, two_ranks):
     """Rank 0 holds 4 samples, rank 1 the other 2 (half the tokens): one ZeRO-2 optimizer step over both
     shares equals one rank's step over all 6. A loss denominator counted per rank weighs rank 1's tokens
     twice as much: another gradient, so the grad norm differs and most weight updates with it."""
     import two_rank_worker as worker  # same settings and batch, run here on one rank
     from test_engines import UPDATE_GAP
 
-    result = launch_two_ranks(WORKER, tiny_model_dir, tmp_path)
+    result = result_of(two_ranks, "zero2")
     assert result["world_size"] == 2
     assert len(set(result["weight_digests"])) == 1, "ranks disagree on the weights after the update"
     assert result["rng_files"] == ["rank0.pt", "rank1.pt"]
@@ -69,11 +78,35 @@ def test_two_ranks_each_holding_its_share_update_as_one_rank_holding_all(tiny_mo
         # (support.tolerance.relative_update_gap); their effect on log-probs is kept below 2e-3 here, while
         # the update itself moves them by more (asserted where it matters)
         torch.testing.assert_close(mine, torch.tensor(theirs), atol=2e-3, rtol=0)
-    theirs = torch.load(tmp_path / "weights.pt")
+    theirs = torch.load(two_ranks / "zero2" / "weights.pt")
     mine = dict(actor.named_weights())
     assert mine.keys() == theirs.keys()
     for name in mine:  # float noise moves few of Adam's near-zero-gradient weights; a wrong gradient moves most
         assert relative_update_gap(theirs[name], mine[name], start[name]) < UPDATE_GAP, name
+
+
+def test_two_rank_zero3_lora_update_equals_the_one_rank_update(tiny_model_dir, two_ranks):
+    """ZeRO-3 partitions the frozen base and the adapters over 2 CPU ranks; the update is the one-rank one."""
+    import two_rank_worker as worker
+
+    result = result_of(two_ranks, "zero3_lora")
+    assert result["world_size"] == 2 and len(set(result["weight_digests"])) == 1
+    assert Path(result["checkpoint"], "adapter", "adapter_model.safetensors").is_file()
+
+    actor = ActorEngine(str(tiny_model_dir), worker.settings(3, 8), worker.LOSS)
+    samples = worker.make_samples()
+    for s, lp, adv in zip(samples, actor.compute_log_probs(samples), worker.ADVANTAGES):
+        s.logp_old, s.advantage = lp, adv
+    metrics = actor.update(samples)
+    rel = metric_rel(actor.hf_module().config, samples)  # two ranks sum the gradient in another order
+    assert result["metrics"]["actor/grad_norm"] == pytest.approx(metrics["actor/grad_norm"], rel=rel)
+    for mine, theirs in zip(actor.compute_log_probs(samples), result["after"]):
+        # after one Adam step: weights whose gradient is near 0 may differ by up to 2 lr from float noise
+        # (support.tolerance.relative_update_gap); their effect on log-probs is kept below 2e-3 here, while
+        # the update itself moves them by more (asserted where it matters)
+        torch.testing.assert_close(mine, torch.tensor(theirs), atol=2e-3, rtol=0)
+    assert max(abs(a - b) for mine, theirs in zip(actor.compute_log_probs(samples), result["before"])
+               for a, b in zip(mine.tolist(), theirs)) > 1e-4, "the LoRA update did not move the log-probs"
 
 
 def test_relaunch_only_when_more_than_one_rank_and_not_yet_launched(monkeypatch):

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 from gigpo.config import RecipeError, build_config
 from gigpo.trainer.engines import ActorEngine, CriticEngine, ReferenceModel, settings_from_config
 from gigpo.trainer.lora import AdapterFreeReference, LoraSettings
-from support.tolerance import metric_rel, samples_close
+from support.tolerance import samples_close
 from trainer_helpers import engine_settings, loss_settings
 
 LORA = LoraSettings(rank=8, alpha=16.0, dropout=0.0, target_modules=("all-linear",))
@@ -159,39 +159,3 @@ def test_checkpoint_keeps_adapters_only_and_resumes_exactly(tiny_model_dir, samp
     original, again = full_parameters(actor.engine.module), full_parameters(resumed.engine.module)
     for name in original:
         torch.testing.assert_close(again[name], original[name], atol=0, rtol=0)
-
-
-def test_two_rank_zero3_lora_update_equals_the_one_rank_update(tiny_model_dir, tmp_path):
-    """ZeRO-3 partitions the frozen base and the adapters over 2 CPU ranks; the update is the one-rank one."""
-    import json
-    import os
-    import subprocess
-    from pathlib import Path
-
-    import two_rank_worker as worker
-    from gigpo.trainer.distributed import relaunch_command
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
-    env.pop("WORLD_SIZE", None)
-    cmd = relaunch_command([str(tiny_model_dir), str(tmp_path), "3", "8"], nprocs=2, script=worker.__file__)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads((tmp_path / "result.json").read_text())
-    assert result["world_size"] == 2 and len(set(result["weight_digests"])) == 1
-    assert Path(result["checkpoint"], "adapter", "adapter_model.safetensors").is_file()
-
-    actor = ActorEngine(str(tiny_model_dir), worker.settings(3, 8), worker.LOSS)
-    samples = worker.make_samples()
-    for s, lp, adv in zip(samples, actor.compute_log_probs(samples), worker.ADVANTAGES):
-        s.logp_old, s.advantage = lp, adv
-    metrics = actor.update(samples)
-    rel = metric_rel(actor.hf_module().config, samples)  # two ranks sum the gradient in another order
-    assert result["metrics"]["actor/grad_norm"] == pytest.approx(metrics["actor/grad_norm"], rel=rel)
-    for mine, theirs in zip(actor.compute_log_probs(samples), result["after"]):
-        # after one Adam step: weights whose gradient is near 0 may differ by up to 2 lr from float noise
-        # (support.tolerance.relative_update_gap); their effect on log-probs is kept below 2e-3 here, while
-        # the update itself moves them by more (asserted where it matters)
-        torch.testing.assert_close(mine, torch.tensor(theirs), atol=2e-3, rtol=0)
-    assert max(abs(a - b) for mine, theirs in zip(actor.compute_log_probs(samples), result["before"])
-               for a, b in zip(mine.tolist(), theirs)) > 1e-4, "the LoRA update did not move the log-probs"

