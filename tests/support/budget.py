@@ -25,16 +25,15 @@ import pytest
 BUDGET_S = 90.0
 
 #: Tests allowed past the budget, each with the reason it is slow. Keys match a test's node id, its prefix up to
-#: "[" (all parametrizations) or its file. Taken from a fresh-clone run on a 2-core AVX-512 EPYC with another job
-#: on one core (every test over 30 s there, and those over 60 s in its budget report): the suite's debt, to be
-#: paid down (issue 57), not a list to grow.
+#: "[" (all parametrizations) or its file. Kept: the tests over 30 s in the last fresh-clone run on a 2-core AVX-512
+#: EPYC (2026-12-03, 27.9 min with the install, docs/benchmarks.md) and two that were cached or nested there; those
+#: removed took at most 30 s, a margin of 3x
+#: under the budget for slower machines: the suite's debt, to be paid down (issue 57), not a list to grow.
 SLOW_ALLOWED: dict[str, str] = {
     "tests/trainer/test_sharded_train.py::test_two_ranks_play_the_groups_rows_and_advantages_of_one_rank":
         "two DeepSpeed ranks and, with vllm, an engine each: the proof that N ranks play and score as one",
     "tests/trainer/test_sharded_train.py::test_an_engine_over_two_ranks_plays_and_trains_as_one_rank":
         "a tensor-parallel engine over two ranks (external launcher)",
-    "tests/trainer/test_sharded_train.py::test_step_data_stays_on_the_rank_that_played_it_in_async_dynamic_sampling_runs":
-        "two ranks in async mode with dynamic sampling",
     "tests/trainer/test_train_loop.py::test_two_ranks_zero2_with_vllm_budget_stop_and_resume":
         "two ZeRO-2 ranks with vLLM, stopped by budget and resumed",
     "tests/rollout/test_inprocess_sync.py::test_two_ranks_each_sync_their_own_in_process_engine":
@@ -45,8 +44,6 @@ SLOW_ALLOWED: dict[str, str] = {
         "a fresh interpreter with an in-process vLLM engine (vLLM's start: 20-40 s)",
     "tests/rollout/inprocess_sync_cases.py::test_inprocess_sync_copies_nothing_and_matches_the_trainer":
         "an in-process vLLM engine",
-    "tests/rollout/test_vllm.py::test_sync_makes_greedy_equal_to_hf":
-        "the module's vLLM engine starts here",
     "tests/rollout/test_lora_sync.py::test_vllm_server_starts_from_a_merged_checkpoint_and_syncs":
         "a vLLM server process from a merged LoRA checkpoint",
     "tests/rollout/test_lora_sync.py::test_vllm_adapter_only_sync_equals_hf_with_adapters":
@@ -57,28 +54,16 @@ SLOW_ALLOWED: dict[str, str] = {
         "a server killed and restarted mid-run",
     "tests/rollout/test_server.py::test_server_that_stops_answering_mid_async_rollout_is_seen_within_30_s_and_replaced":
         "a server that hangs mid-run, detected and replaced",
-    "tests/rollout/test_server.py::test_a_run_in_async_mode_names_a_server_that_stops_answering_within_30_s":
-        "a training run whose server hangs",
     "tests/rollout/test_async_rollout.py::test_greedy_async_turns_play_the_same_episodes_as_batched_turns":
         "a vLLM engine playing the same episodes two ways",
-    "tests/trainer/test_train_loop.py::test_generator_old_logprobs_give_the_trainers_losses_and_gradients":
-        "training runs compared loss for loss",
-    "tests/trainer/test_train_loop.py::test_nan_inside_the_update_stops_the_run_with_exit_code_3":
-        "a training run that must stop on a NaN inside the update",
     "tests/trainer/test_train_loop.py::test_sigkill_in_iteration_3_then_resume_continues_exactly":
         "a run killed with SIGKILL and resumed, compared with an unbroken one",
-    "tests/trainer/test_train_loop.py::test_ppo_resume_restores_the_critic":
-        "a PPO run resumed",
-    "tests/trainer/test_async_mode.py::test_async_run_trains_checkpoints_and_leaves_no_process":
-        "an async run with vLLM and its process check",
     "tests/trainer/test_async_mode.py::test_async_kill_9_then_resume_loses_at_most_one_iteration":
         "an async run killed and resumed",
     "tests/trainer/test_eval_compare.py":
         "gigpo compare and gigpo eval over several real runs",
     "tests/trainer/test_sigterm.py":
         "runs and compare stopped by SIGTERM, then resumed",
-    "tests/trainer/test_rollout_correction.py::test_a_sync_run_with_the_correction_and_generator_logprobs_logs_the_mismatch":
-        "a vLLM run with the rollout correction",
     "tests/trainer/test_alfworld_tiny_recipe.py":
         "the ALFWorld tiny recipe as shipped, one shortened iteration",
     "tests/trainer/test_engines.py::test_log_probs_equal_plain_hf_forward":
@@ -87,18 +72,6 @@ SLOW_ALLOWED: dict[str, str] = {
         "a paired comparison of real runs from one warm-up",
     "tests/envs/test_user_env_train.py::test_gigpo_train_runs_an_env_from_the_users_module":
         "gigpo train on a user's env module",
-    "tests/envs/test_unicode.py::test_a_training_run_records_non_ascii_text_and_gigpo_view_exports_it":
-        "a training run and gigpo view on non-ASCII text",
-    "tests/foundation/test_chat_template.py::test_a_base_model_trains_on_plain_text_prompts":
-        "a training run with a template-less model",
-    "tests/foundation/test_chat_template.py::test_convert_warns_without_a_template_and_writes_the_named_one":
-        "gigpo model convert on a GGUF file",
-    "tests/envs/test_sft_warmup_fail_fast.py::test_alfworld_without_expert_true_names_env_kwargs_expert":
-        "a gigpo train process on ALFWorld",
-    "tests/alfworld/test_env.py::test_expert_wins_every_task_type_through_the_pool":
-        "the session's ALFWorld tasks are generated here (the expert verifies each)",
-    "tests/alfworld/test_generate.py::test_one_solvable_task_of_every_type_in_the_official_format":
-        "generates and verifies one task of each of the six types",
     "tests/llm/test_alfworld_recipe.py::test_one_shortened_iteration":
         "SmolLM2-135M through warm-up, vLLM with verified syncs and DeepSpeed on ALFWorld prompts (module fixture)",
     "tests/llm/test_webshop_recipe.py::test_one_shortened_iteration":
@@ -107,10 +80,6 @@ SLOW_ALLOWED: dict[str, str] = {
         "SmolLM2-135M in vLLM against transformers",
     "tests/llm/test_asset.py::test_the_cached_conversion_is_a_plain_bf16_llama_directory":
         "fetches and converts SmolLM2 on a fresh machine",
-    "tests/webshop/test_webshop_recipes.py":
-        "WebShop recipes run one iteration",
-    "tests/viewer/test_viewer_browser.py":
-        "Chromium drives gigpo view",
     "tests/trainer/test_no_shock.py::test_three_rl_iterations_keep_a_sharp_warm_started_policy":
         "a warm-up to 100% and three RL iterations after it",
     "tests/trainer/test_lora_train.py::test_alfworld_7b_lora_recipe_one_iteration_with_a_tiny_local_model":
