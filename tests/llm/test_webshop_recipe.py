@@ -16,7 +16,7 @@ def test_one_shortened_iteration(smollm2_dir, tmp_path: Path) -> None:
     run = tmp_path / "webshop-smollm2"
     dtype = "bf16" if cpu_has_fast_bf16() else "fp32"  # as test_alfworld_recipe.py: bf16 is emulated on AVX2 CPUs
     # rollout.kv_cache_gb=1 (the recipe's 2): the CPU engine's smallest cache, plenty for 2 sequences, and a GiB
-    # less for the launch's memory check beside other tests.
+    # less held beside the other worker's test.
     # the fetched model by its path, and an empty cache otherwise: a warm-up cached by an earlier run of this test
     # on this machine would be reused, and no warm-up step would run
     proc = gigpo("train", RECIPE, f"model.path={smollm2_dir}", f"model.dtype={dtype}", "rollout.enforce_eager=true",
