@@ -21,13 +21,14 @@ import time
 from pathlib import Path
 
 from admissible_decoding import AdmissibleGreedyGenerator
+from transformers import AutoTokenizer
 from gigpo.config import load_config
 from gigpo.envs.demos import collect_demonstrations
 from gigpo.infra.seeds import demo_seeds, sft_warmup_seed
 from gigpo.models.resolve import resolve_model_path
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.trainer.evaluation import evaluate
-from gigpo.trainer.setup import build_pool, build_prompt_fn
+from gigpo.trainer.setup import build_generator, build_pool, build_prompt_fn
 from gigpo.trainer.sft_warm_start import check_answers_fit
 from gigpo.trainer.sft_warmup import response_ids, supervised_warmup
 
@@ -86,6 +87,10 @@ def main() -> None:
                         "(the response, why the env refused it), to see what a low score is made of")
     parser.add_argument("--admissible", action="store_true", help="also evaluate each checkpoint with greedy answers "
                         "restricted to the admissible actions (benchmarks/admissible_decoding.py), for envs that list them")
+    parser.add_argument("--generator", choices=("hf-fp32", "recipe"), default="hf-fp32",
+                        help="what plays the evaluations: an HF generator in fp32 (the default; what earlier curves "
+                        "used), or the recipe's own (rollout.backend and model.dtype, as `gigpo train` evaluates: "
+                        "vLLM's prefix cache makes a real LLM's evaluations several times cheaper)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     config = load_config(args.recipe, [*args.overrides, "logging.progress=false", f"env.eval_episodes={args.episodes}"])
@@ -108,10 +113,11 @@ def main() -> None:
               f"(load {os.getloadavg()[0]:.1f})", flush=True)
         for name, changes, preset in variants:
             model_path = variant_model(bases[preset], changes, Path(tmp) / name)
-            generator = HFGenerator(model_path, dtype="fp32")
+            generator = HFGenerator(model_path, dtype="fp32") if args.generator == "hf-fp32" else build_generator(config, model_path)
             restricted = AdmissibleGreedyGenerator(model_path, dtype="fp32") if args.admissible else None
-            prompt_fn = build_prompt_fn(config, generator.tokenizer)
-            pairs = [(p, response_ids(generator.tokenizer, d.action)) for p, d in zip(prompt_fn([d.view for d in demos]), demos)]
+            tokenizer = AutoTokenizer.from_pretrained(model_path)
+            prompt_fn = build_prompt_fn(config, tokenizer)
+            pairs = [(p, response_ids(tokenizer, d.action)) for p, d in zip(prompt_fn([d.view for d in demos]), demos)]
             check_answers_fit(pairs, config.rollout.max_new_tokens)
             print(f"{name}: {label_conflicts(pairs):.1%} of the {len(pairs)} demonstrations share their prompt with "
                   f"another expert action ({len({tuple(p) for p, _ in pairs})} distinct prompts)", flush=True)
@@ -120,7 +126,8 @@ def main() -> None:
             def score(step: int, model) -> None:
                 if step not in checkpoints:
                     return
-                generator.update_weights(((k, v.detach()) for k, v in model.state_dict().items()), version=step)
+                weights = model.state_dict().items() if args.generator == "hf-fp32" else model.named_parameters()
+                generator.update_weights(((k, v.detach()) for k, v in weights), version=step)
                 metrics = evaluate(config, eval_pool, generator, prompt_fn,
                                    on_rollout=lambda played: print_invalid(played, args.examples))
                 success = metrics["eval/success"]
