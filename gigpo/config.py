@@ -367,6 +367,18 @@ class TrainerConfig(Section):
                              "(mini_batches: 4 cuts every epoch into 4 optimizer steps)")
         return self
 
+    @model_validator(mode="after")
+    def _artifact_has_its_digest(self) -> "TrainerConfig":
+        import re
+
+        if (self.sft_artifact is None) != (self.sft_artifact_sha256 is None):
+            raise ValueError("trainer.sft_artifact and trainer.sft_artifact_sha256 go together: the artifact's folder "
+                             "and the 64-hex-digit sha256 that `gigpo warmup` printed (and wrote to its SHA256 file)")
+        if self.sft_artifact_sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", self.sft_artifact_sha256):
+            raise ValueError(f"trainer.sft_artifact_sha256={self.sft_artifact_sha256!r} is not a sha256 (64 hex "
+                             "digits): copy it from the artifact's SHA256 file")
+        return self
+
     iterations: int = Field(150, ge=1)
     lr: float = Field(1e-6, gt=0)
     critic_lr: float = Field(1e-5, gt=0)
@@ -434,6 +446,12 @@ class TrainerConfig(Section):
     sft_seed: Optional[int] = None
     """Seed of the warm-up (its demonstration tasks, exploration and SGD order); None: trainer.seed. Set it to
     give every RL seed the same warm-up checkpoint (`gigpo compare --shared-warmup`), so seeds differ only in RL."""
+    sft_artifact: Optional[str] = None
+    """A saved warm-up (a Hugging Face model folder from `gigpo warmup`) that RL starts from instead of building the
+    warm-up: the same weights on every machine (docs/trainer.md, "A warm-up as an artifact"). The sft_* settings
+    then say how it was made. Relative paths are read from the directory gigpo runs in."""
+    sft_artifact_sha256: Optional[str] = None
+    """The artifact's digest (its SHA256 file): a run whose artifact differs stops before any engine starts."""
 
 
 class LoggingConfig(Section):

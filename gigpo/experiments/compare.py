@@ -561,7 +561,30 @@ def design_section(out: Path, runs: dict[str, list[RunResult]], algos: Sequence[
         warm = (f"{len(digests)} different warm-ups: " + ("one per seed, shared by the algorithms of that seed; seeds "
                 "then differ in their start as well as in RL (use --shared-warmup for one start)" if same_within else
                 "they differ even between the algorithms of one seed"))
-    return ["## Design", "", f"- Warm-up: {warm}.", f"- Tasks: {task_seed_check(out, algos, seeds)}.", ""]
+    artifact = artifact_check(out, algos, seeds)
+    return ["## Design", "", f"- Warm-up: {warm}.", *([f"- Warm-up artifact: {artifact}."] if artifact else []),
+            f"- Tasks: {task_seed_check(out, algos, seeds)}.", ""]
+
+
+def artifact_check(out: Path, algos: Sequence[str], seeds: Sequence[int]) -> Optional[str]:
+    """The saved warm-up (trainer.sft_artifact) the runs named in their config.yaml, if any: each run checked its
+    copy's sha256 against it before starting, so one named digest means one start on whatever machine ran it."""
+    import yaml
+
+    named = set()
+    for algo in algos:
+        for seed in seeds:
+            path = run_dir_for(out, algo, seed) / "config.yaml"
+            if path.is_file():
+                trainer = (yaml.safe_load(path.read_text()) or {}).get("trainer", {})
+                named.add((trainer.get("sft_artifact"), trainer.get("sft_artifact_sha256")))
+    if named <= {(None, None)}:
+        return None
+    if len(named) == 1:
+        folder, digest = named.pop()
+        return f"{folder} (sha256 {digest}), checked by every run against its copy before it started"
+    return (f"{len(named)} different warm-up artifacts (or none) among the runs: "
+            + "; ".join(sorted(f"{f} ({(d or '-')[:16]})" for f, d in named)) + ": not one start")
 
 
 def revisit_section(runs: dict[str, list[RunResult]], algos: Sequence[str], out: Path, prefix: str = "") -> list[str]:

@@ -115,6 +115,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_warmup(args: argparse.Namespace) -> int:
+    from gigpo.config import load_config
+    from gigpo.trainer.warmup_artifact import build_artifact
+
+    config = load_config(args.recipe, args.overrides)
+    digest = build_artifact(config, Path(args.out))
+    print(f"saved the warm-up to {args.out} (sha256 {digest}); start RL from it with these recipe lines:\n"
+          f"trainer:\n  sft_artifact: {args.out}\n  sft_artifact_sha256: {digest}")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a policy with the recipe's algorithm (GiGPO, GRPO, RLOO, PPO, HGPO, GraphGPO)")
     p.add_argument("recipe", help="recipe YAML file")
@@ -122,6 +133,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
     p.set_defaults(func=_cmd_train)
 
+    p = sub.add_parser("warmup", help="build the recipe's supervised warm-up once and save it as an artifact "
+                       "(weights and sha256) that runs start from on any machine")
+    p.add_argument("recipe", help="recipe YAML file")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value")
+    p.add_argument("--out", required=True, help="new folder for the artifact (an HF model and its SHA256 file)")
+    p.set_defaults(func=_cmd_warmup)
     p = sub.add_parser("eval", help="success rates of a checkpoint on the recipe's evaluation seeds")
     p.add_argument("recipe", help="recipe YAML file (environment and rollout settings)")
     p.add_argument("overrides", nargs="*", metavar="section.key=value")

@@ -179,6 +179,7 @@ def set_up(config: Config, resume: bool = False) -> Run:
     from gigpo.trainer.metrics import MetricsLogger
     from gigpo.trainer.sharding import playing_ranks
     from gigpo.trainer.sft_warm_start import sft_warm_start
+    from gigpo.trainer.warmup_artifact import install_artifact
     from gigpo.viewer.record_files import RolloutRecorder
 
     t, a, e = config.trainer, config.algorithm, config.env
@@ -212,9 +213,12 @@ def set_up(config: Config, resume: bool = False) -> Run:
     eval_pool = (build_pool(config, evaluation=True) if e.eval_kwargs else pool) if share else None
     prompt_fn = build_prompt_fn(config, tokenizer) if share else None
     warm_dir = run_dir / "warmup"
-    if t.sft_steps > 0:
+    if t.sft_steps > 0 or t.sft_artifact:
         if main and not (warm_dir / "hf" / "config.json").is_file():
-            sft_warm_start(config, model_path, pool, prompt_fn, tokenizer, warm_dir)
+            if t.sft_artifact:  # the recipe's saved warm-up, checked against its digest
+                install_artifact(t.sft_artifact, t.sft_artifact_sha256, warm_dir)
+            else:
+                sft_warm_start(config, model_path, pool, prompt_fn, tokenizer, warm_dir)
         barrier()
         model_path = str(warm_dir / "hf")
 

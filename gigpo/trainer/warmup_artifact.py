@@ -1,0 +1,103 @@
+"""A supervised warm-up saved once as an artifact (`trainer.sft_artifact` and `trainer.sft_artifact_sha256`).
+
+Why: a warm-up rebuilt from the same recipe is the same only where the arithmetic is the same. WebShop's third
+pair showed it: a rebuild on another machine started RL at 28.2% success instead of 23.1%, so that pair could not
+be set beside the others. A recipe that names an artifact by its sha256 starts every run, on any machine and
+day, from the same weights, and a run whose artifact differs stops before any engine starts.
+
+`gigpo warmup RECIPE --out DIR` writes one (the recipe's own warm-up, as `gigpo train` builds it) and prints the
+two lines for the recipe. The digest covers every file of the folder (weights, config, tokenizer) by relative
+path and content, so a tokenizer swapped beside the same weights is caught too.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from gigpo.config import RecipeError
+
+#: Written beside the weights by `save_artifact`; not part of the digest.
+DIGEST_FILE = "SHA256"
+
+
+def artifact_sha256(folder: Path) -> str:
+    """sha256 over the folder's files in sorted relative-path order, each as its path, a NUL, its size and bytes.
+    The folder's own name and location do not count: a copy anywhere has the same digest."""
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.relative_to(folder).as_posix() != DIGEST_FILE)
+    if not files:
+        raise RecipeError(f"warm-up artifact {folder}: no files (is the path right?)")
+    for path in files:
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(path.stat().st_size.to_bytes(8, "little"))
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def save_artifact(hf_dir: Path, out: Path) -> str:
+    """Copy a warm-up's HF folder to `out` (which must not exist: an artifact is written once) with its digest
+    in out/SHA256; return the digest."""
+    out = Path(out)
+    if out.exists():
+        raise FileExistsError(f"{out} exists: a warm-up artifact is written once; choose a new folder or remove it")
+    staging = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(hf_dir, staging)
+    digest = artifact_sha256(staging)
+    (staging / DIGEST_FILE).write_text(digest + "\n")
+    staging.rename(out)  # all or nothing: an interrupted save leaves no folder that looks complete
+    return digest
+
+
+def install_artifact(folder: str, sha256: str, warm_dir: Path) -> Path:
+    """Check the artifact against the recipe's digest and copy it to warm_dir/hf, where the run's warm-up lives
+    (so `gigpo compare`'s warm-up digests, `gigpo eval` and resume see it as any warm-up)."""
+    source = Path(folder).expanduser()
+    if not (source / "config.json").is_file():
+        raise RecipeError(f"trainer.sft_artifact={folder}: no Hugging Face model there (config.json missing); "
+                          "write one with `gigpo warmup RECIPE --out DIR` or fix the path (relative paths are "
+                          "read from the directory gigpo runs in)")
+    found = artifact_sha256(source)
+    if found != sha256.lower():
+        raise RecipeError(f"trainer.sft_artifact={folder} has sha256 {found}, but the recipe's "
+                          f"trainer.sft_artifact_sha256 is {sha256}: these are not the weights the recipe's runs "
+                          "started from; restore the artifact, or if it was rebuilt on purpose, put the new digest "
+                          "in the recipe (runs from the two are not comparable)")
+    target = Path(warm_dir) / "hf"
+    staging = Path(warm_dir) / "hf.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging, ignore=shutil.ignore_patterns(DIGEST_FILE))
+    staging.rename(target)
+    print(f"warm-up: the artifact {folder} (sha256 {found[:16]}...)", flush=True)
+    return target
+
+
+def build_artifact(config, out: Path) -> str:
+    """`gigpo warmup`: the recipe's warm-up exactly as `gigpo train` builds it (same demonstrations, seed and
+    cache), saved to `out` as an artifact; returns its sha256."""
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    from gigpo.models.resolve import resolve_model_path
+    from gigpo.trainer.setup import build_pool, build_prompt_fn
+    from gigpo.trainer.sft_warm_start import sft_warm_start
+
+    t = config.trainer
+    if t.sft_artifact:
+        raise RecipeError(f"the recipe already starts from the artifact {t.sft_artifact}; to build the warm-up "
+                          "again, run with trainer.sft_artifact=null trainer.sft_artifact_sha256=null")
+    if t.sft_steps < 1:
+        raise RecipeError("trainer.sft_steps is 0: the recipe has no warm-up to save; set trainer.sft_steps")
+    if Path(out).exists():
+        raise RecipeError(f"--out {out} exists: a warm-up artifact is written once; choose a new folder")
+    model_path = resolve_model_path(config.model.path, config.model.init, config.model.corpus, config.model.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".warmup-") as tmp, build_pool(config) as pool:
+        sft_warm_start(config, model_path, pool, build_prompt_fn(config, tokenizer), tokenizer, Path(tmp))
+        return save_artifact(Path(tmp) / "hf", Path(out))
