@@ -66,6 +66,16 @@ def print_invalid(played, count: int) -> None:
               flush=True)
 
 
+def print_episodes(played, count: int) -> None:
+    """The first `count` held-out episodes as their action sequences: what a score of 0 with no
+    invalid actions is made of (loops, a missed pick-up, the horizon)."""
+    steps = played.steps.as_dicts()
+    for traj in sorted({s["traj"] for s in steps})[:count]:
+        mine = sorted((s for s in steps if s["traj"] == traj), key=lambda s: s["step"])
+        moves = " | ".join(str(s["action"]) if s["action_valid"] else f"!{s['response'][:30]}" for s in mine)
+        print(f"  episode {traj} ({len(mine)} steps, return {sum(s['reward'] for s in mine):.1f}): {moves}", flush=True)
+
+
 def label_conflicts(pairs: list[tuple[list[int], list[int]]]) -> float:
     """Share of demonstrations whose prompt also appears with another label: no policy of that prompt can be
     right on all of them. A searching expert that remembers more than the prompt shows produces these."""
@@ -85,6 +95,10 @@ def main() -> None:
                         "recipe's corpus and seed, on the same demonstrations); default: the recipe's model")
     parser.add_argument("--examples", type=int, default=3, help="invalid actions to print from each evaluation "
                         "(the response, why the env refused it), to see what a low score is made of")
+    parser.add_argument("--episodes-shown", type=int, default=2, help="held-out episodes to print as action "
+                        "sequences at each evaluation")
+    parser.add_argument("--keep", default=None, help="folder to save the last warm-up step's model in (HF), to "
+                        "look at or evaluate again; default: dropped")
     parser.add_argument("--admissible", action="store_true", help="also evaluate each checkpoint with greedy answers "
                         "restricted to the admissible actions (benchmarks/admissible_decoding.py), for envs that list them")
     parser.add_argument("--generator", choices=("hf-fp32", "recipe"), default="hf-fp32",
@@ -129,7 +143,8 @@ def main() -> None:
                 weights = model.state_dict().items() if args.generator == "hf-fp32" else model.named_parameters()
                 generator.update_weights(((k, v.detach()) for k, v in weights), version=step)
                 metrics = evaluate(config, eval_pool, generator, prompt_fn,
-                                   on_rollout=lambda played: print_invalid(played, args.examples))
+                                   on_rollout=lambda played: (print_invalid(played, args.examples),
+                                                              print_episodes(played, args.episodes_shown)))
                 success = metrics["eval/success"]
                 rows.append((name, step, success))
                 stderr = (success * (1 - success) / args.episodes) ** 0.5
@@ -147,6 +162,9 @@ def main() -> None:
             supervised_warmup(model_path, Path(tmp) / f"{name}-out", pairs, max(checkpoints), t.sft_lr, t.sft_batch_size,
                               seed, progress=False, dtype=config.model.dtype, after_step=score,
                               action_share=t.sft_action_share, micro_tokens=t.sft_micro_tokens)
+            if args.keep:
+                shutil.copytree(Path(tmp) / f"{name}-out" / "hf", Path(args.keep) / name, dirs_exist_ok=True)
+                print(f"{name}: kept the last step's model in {Path(args.keep) / name}", flush=True)
             generator.close()
             if restricted is not None:
                 restricted.close()
