@@ -6,8 +6,9 @@ Under the default action the process dies on the spot: no `finally` runs, and vL
 the stop reaches the training loop's `finally`, which closes the generator and the pools; completed
 checkpoints are untouched, and `--resume` continues from the last one.
 
-A multi-rank run's ranks live in a process group of their own (`stop_process_group`): DeepSpeed's runner
-does not pass SIGTERM on, so the `gigpo train` the user started stops the group itself.
+A multi-rank run's ranks live in a process group of their own (`stop_process_group`), which the `gigpo train` the
+user started stops itself: DeepSpeed's runner (the several-machine launch) does not pass SIGTERM on, and a rank
+stuck in a collective must be killed after a grace period whoever started it.
 """
 from __future__ import annotations
 

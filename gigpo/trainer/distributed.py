@@ -4,7 +4,7 @@ scalars (loss denominators, micro-batch counts) cross ranks.
 
 `relaunch_command` builds the DeepSpeed launcher command that `gigpo train` re-executes itself under
 when `trainer.nprocs > 1`; inside the launched ranks WORLD_SIZE is set, so it is not relaunched again.
-Several machines: the same launcher with `--hostfile` (docs/trainer.md; not run here).
+Several machines: DeepSpeed's runner with `--hostfile` (docs/trainer.md; not run here).
 CPU ranks talk over gloo, GPU ranks over NCCL. NCCL serves CUDA tensors only, so the loop's own
 collectives (flags, metrics, objects, barriers) go through `side_group()`: the default group where its
 backend serves CPU tensors, else a gloo group made beside it (as verl's `cpu:gloo,cuda:nccl`).
@@ -234,18 +234,29 @@ def relaunch_command(argv: Sequence[str], nprocs: int, module: str = "gigpo.cli"
     """The DeepSpeed launcher command running `python -m module argv...` as `nprocs` ranks per machine.
 
     `script` runs a Python file instead of a module. `--no_local_rank`: our entry points read
-    LOCAL_RANK from the environment, not `--local_rank`. With `hostfile`, the launcher starts ranks
-    on every listed machine (over ssh/pdsh; not run here).
+    LOCAL_RANK from the environment, not `--local_rank`. With `hostfile`, DeepSpeed's runner starts a
+    launcher on every listed machine (over ssh/pdsh; not run here). On one machine the per-node launcher
+    (`deepspeed.launcher.launch`) is started directly, with the arguments DeepSpeed's runner would hand it
+    (`single_node_world`): the runner would only be one more interpreter importing DeepSpeed before any rank.
     """
     if nprocs < 1:
         raise ValueError(f"trainer.nprocs={nprocs} must be at least 1")
-    cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--no_local_rank",
-           "--master_port", str(master_port or free_port())]
+    port = str(master_port or free_port())
+    target = ([script] if script else ["--module", module]) + list(argv)
     if hostfile:
-        cmd += ["--hostfile", hostfile, "--num_gpus", str(nprocs)]
-    else:
-        cmd += ["--num_nodes", "1", "--num_gpus", str(nprocs)]
-    return cmd + ([script] if script else ["--module", module]) + list(argv)
+        return [sys.executable, "-m", "deepspeed.launcher.runner", "--no_local_rank", "--master_port", port,
+                "--hostfile", hostfile, "--num_gpus", str(nprocs)] + target
+    return [sys.executable, "-u", "-m", "deepspeed.launcher.launch", f"--world_info={single_node_world(nprocs)}",
+            "--master_addr=127.0.0.1", f"--master_port={port}", "--no_local_rank"] + target
+
+
+def single_node_world(nprocs: int) -> str:
+    """The launcher's --world_info for `nprocs` ranks on this machine, as DeepSpeed's runner encodes it for
+    `--num_nodes 1 --num_gpus N` (base64 of {"localhost": [0 .. N-1]}: the local device ids the ranks get)."""
+    import base64
+    import json
+
+    return base64.urlsafe_b64encode(json.dumps({"localhost": list(range(nprocs))}).encode()).decode()
 
 
 def launched() -> bool:

@@ -19,7 +19,7 @@ import yaml
 from gigpo.envs.alfworld import SAMPLE_TASKS_DIR
 from gigpo.infra.dtypes import cpu_has_fast_bf16
 from gigpo.rollout.weight_sync.verify import default_tolerance
-from support.run import gigpo
+from support.run import ENGINE_CORE_IN_PROCESS, gigpo
 
 RECIPE = "recipes/alfworld_smollm2.yaml"
 DTYPE = "bf16" if cpu_has_fast_bf16() else "fp32"
@@ -49,7 +49,7 @@ def recipe_run(smollm2_dir, tmp_path_factory) -> tuple[Path, subprocess.Complete
                  "env.eval_kwargs.split=valid_unseen", "env.num_groups=1", "env.group_size=2", "env.max_steps=2",
                  "env.eval_episodes=1", "trainer.sft_steps=1", "trainer.sft_rooms=2", "trainer.sft_batch_size=2",
                  "trainer.iterations=1", "logging.wandb_mode=disabled", "logging.progress=false",
-                 f"trainer.run_dir={run}", env={"GIGPO_CACHE": str(root / "cache")})
+                 f"trainer.run_dir={run}", env={**ENGINE_CORE_IN_PROCESS, "GIGPO_CACHE": str(root / "cache")})
     return run, proc
 
 
@@ -64,6 +64,7 @@ def test_one_shortened_iteration(recipe_run) -> None:
     assert 2 <= it["rollout/env_steps"] <= 2 * 2  # an episode stops at 2 steps here
     assert it.get("rollout/cut_prompts", 0) == 0  # a room's first observation and list fit max_prompt_tokens
     assert "eval/success" in records[0]
+    assert "EngineCore" not in out  # vLLM's core ran in the trainer's process (ENGINE_CORE_IN_PROCESS): none logged
     # the real model's update and verified sync (held by tests/llm/test_train.py's own run before)
     assert it["time/sync"] > 0 and all(k in it for k in ("loss/policy", "actor/grad_norm", "eval/success"))
     assert 0 < it["rollout/sync_gap_max"] <= default_tolerance(DTYPE)[0]  # verified; two kernels differ a little

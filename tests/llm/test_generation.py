@@ -1,6 +1,8 @@
 """The real model in every backend: transformers and vLLM agree greedily, before and after a weight sync."""
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pytest
 
 from gigpo.rollout.hf_backend import HFGenerator
@@ -9,6 +11,7 @@ from gigpo.rollout.weight_sync import sync_weights
 from gigpo.rollout.weight_sync.verify import SyncVerifier
 from support.greedy import assert_greedy_matches, tokens
 from support.models import load_trainer_model, perturb
+from support.run import servers_start_with_engine_core_in_process
 
 from .conftest import ENGINE
 
@@ -48,7 +51,9 @@ def test_greedy_equals_transformers_before_and_after_a_sync(backend, smollm2_dir
     from gigpo.rollout.factory import make_generator
 
     extra = {"server_token": "llm-test"} if backend == "vllm-server" else {}
-    generator = make_generator(backend, str(smollm2_dir), EngineSettings(**ENGINE), **extra)
+    # the server's engine core in the server's process (its HTTP path is the subject); never in this one
+    with servers_start_with_engine_core_in_process() if backend == "vllm-server" else nullcontext():
+        generator = make_generator(backend, str(smollm2_dir), EngineSettings(**ENGINE), **extra)
     try:
         if generator.version == hf.version == 0:  # both hold the weights from the directory
             expected = hf.generate(chat_prompts, GREEDY)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from gigpo.infra.dtypes import cpu_has_fast_bf16
-from support.run import gigpo
+from support.run import ENGINE_CORE_IN_PROCESS, gigpo
 
 RECIPE = "recipes/webshop_smollm2.yaml"
 
@@ -23,7 +23,8 @@ def test_one_shortened_iteration(smollm2_dir, tmp_path: Path) -> None:
                  "rollout.kv_cache_gb=1", "env.kwargs.num_products=100", "env.num_groups=1", "env.group_size=2",
                  "env.max_steps=2", "env.eval_episodes=1", "trainer.sft_steps=1", "trainer.sft_rooms=4",
                  "trainer.sft_batch_size=2", "trainer.iterations=1", "logging.wandb_mode=disabled",
-                 "logging.progress=false", f"trainer.run_dir={run}", env={"GIGPO_CACHE": str(tmp_path / "cache")})
+                 "logging.progress=false", f"trainer.run_dir={run}",
+                 env={**ENGINE_CORE_IN_PROCESS, "GIGPO_CACHE": str(tmp_path / "cache")})
     assert "warm-up: step 1/1" in proc.stdout + proc.stderr  # the expert's answers fit the recipe's 64 tokens
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in records] == [0, 1]

@@ -22,6 +22,7 @@ from gigpo.rollout.weight_sync.verify import SyncVerifier
 from gigpo.trainer.checkpoint import save_checkpoint
 
 from support.greedy import FP32_TOLERANCE, assert_greedy_matches, tokens
+from support.run import servers_start_with_engine_core_in_process
 
 from .conftest import GREEDY, sample_prompts
 
@@ -105,8 +106,9 @@ def test_vllm_backend_sync(actor, vllm_generator, tiny_model_dir, tmp_path):
 
 def test_vllm_server_starts_from_a_merged_checkpoint_and_syncs(actor, tiny_model_dir, tmp_path):
     ckpt = checkpoint_with_new_adapters(actor, tiny_model_dir, tmp_path / "start", seed=8)
-    server = ServerGenerator(str(ckpt / "hf"), EngineSettings(dtype="fp32", max_num_seqs=32, enforce_eager=True),
-                             num_servers=1, log_dir=str(tmp_path / "serve"))
+    with servers_start_with_engine_core_in_process():  # the subject is what the server loads, not its processes
+        server = ServerGenerator(str(ckpt / "hf"), EngineSettings(dtype="fp32", max_num_seqs=32, enforce_eager=True),
+                                 num_servers=1, log_dir=str(tmp_path / "serve"))
     try:  # vLLM loads the merged checkpoint: it generates what the adapters do
         assert_answers_like_adapters(server, tiny_model_dir, ckpt / "adapter")
         check_sync(actor, server, tiny_model_dir, tmp_path / "sync", seed=9)

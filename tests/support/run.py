@@ -7,8 +7,9 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from support.zygote import run_cli, server_pid
 
@@ -21,6 +22,29 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES}
 
 REPO = Path(__file__).resolve().parents[2]
+ENGINE_CORE_IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+"""Environment for a `gigpo` command or generation server whose test is not about vLLM's engine core being a process
+of its own: the core runs inside the command's process (gigpo.rollout.vllm_backend.core_in_process_asked), sparing
+the EngineCore and worker processes that each import vLLM first (~28 s of CPU a start, test_lora_sync's server
+here). Never for an engine in the pytest process itself: an in-process core joins that process's torch.distributed
+and vLLM state. Kept out of the tests about the process boundary (engine processes stopped by SIGTERM, orphans, a
+killed or restarted server) and of the ones that prove the separate core works (tests/rollout/test_vllm.py,
+test_server.py)."""
+
+
+@contextmanager
+def servers_start_with_engine_core_in_process() -> Iterator[None]:
+    """Generation servers started inside this block (they take this process's environment) run their engine core
+    inside the server's process, as ENGINE_CORE_IN_PROCESS does for a command; this process's environment is
+    restored after."""
+    import pytest
+
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in ENGINE_CORE_IN_PROCESS.items():
+            env.setenv(key, value)
+        yield
+
+
 SMALL = ["env.num_groups=2", "env.group_size=2", "env.max_steps=3", "env.eval_episodes=2",
          "env.workers=1", "trainer.sft_steps=0", "trainer.micro_token_budget=2048", "trainer.mini_batch_size=64",
          "logging.wandb_mode=disabled", "logging.progress=false", "rollout.max_new_tokens=8", "trainer.warmup_steps=2"]

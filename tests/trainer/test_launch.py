@@ -2,6 +2,7 @@
 check, on CPU (gloo). One launch runs every 2-rank case (two_rank_cases_worker.py); each test reads its case."""
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -117,8 +118,15 @@ def test_relaunch_only_when_more_than_one_rank_and_not_yet_launched(monkeypatch)
     assert relaunch_if_needed(["train", "r.yaml"], nprocs=2) is None
     cmd = relaunch_command(["train", "r.yaml"], nprocs=2, master_port=29511)
     assert cmd[-4:] == ["--module", "gigpo.cli", "train", "r.yaml"]
-    assert ["--num_gpus", "2"] == cmd[cmd.index("--num_gpus"):cmd.index("--num_gpus") + 2]
-    assert "--no_local_rank" in cmd
+    assert "--no_local_rank" in cmd and "--master_port=29511" in cmd
+    # one machine: DeepSpeed's per-node launcher itself, given the world its runner would give it for --num_gpus 2
+    assert cmd[cmd.index("-m") + 1] == "deepspeed.launcher.launch"
+    world = next(arg.split("=", 1)[1] for arg in cmd if arg.startswith("--world_info="))
+    assert json.loads(base64.urlsafe_b64decode(world)) == {"localhost": [0, 1]}
+    from deepspeed.launcher.runner import encode_world_info
+    assert world == encode_world_info({"localhost": [0, 1]})
+    several = relaunch_command(["train", "r.yaml"], nprocs=2, hostfile="hosts", master_port=29511)
+    assert several[several.index("-m") + 1] == "deepspeed.launcher.runner" and "hosts" in several
 
 
 def test_relaunch_runs_the_cli_module_as_ranks(tmp_path, monkeypatch, capfd):

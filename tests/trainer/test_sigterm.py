@@ -95,7 +95,7 @@ def test_sigterm_stops_compare_and_its_run_without_orphans_and_the_rerun_resumes
 def test_sigterm_to_a_two_rank_train_stops_every_rank_and_its_engine(tmp_path: Path, tiny_model_dir: Path) -> None:
     """DeepSpeed's runner dies of SIGTERM without passing it on, so the ranks used to go on training after
     the `gigpo train` the user had stopped exited. Now it stops their process group: exit 143, no process
-    of the run left (runner, per-node launcher, ranks, the generation server and its vLLM engine core, env workers), no all-reduce
+    of the run left (DeepSpeed's per-node launcher, ranks, the generation server and its vLLM engine core, env workers), no all-reduce
     buffer left in /dev/shm, and the checkpoints written before the stop complete."""
     cwd = own_directory(tmp_path)
     run_dir = tmp_path / "two-ranks"
@@ -115,7 +115,7 @@ def test_sigterm_to_a_two_rank_train_stops_every_rank_and_its_engine(tmp_path: P
                 pytest.fail(f"train exited before iteration 1:\n{log.read_text()[-3000:]}")
             assert time.monotonic() < deadline, "no iteration in 300 s"
             time.sleep(0.1)
-        # the parent, DeepSpeed's runner and launcher, two ranks, the server and its engine core: the check below can fail
+        # the parent, DeepSpeed's launcher, two ranks, the server and its engine core: the check below can fail
         assert len(processes_in(cwd)) >= 6 and engine_cores(processes_in(cwd)), processes_in(cwd)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=180)
