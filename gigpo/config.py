@@ -114,9 +114,10 @@ class RolloutConfig(Section):
     """How weights reach vLLM: a safetensors file in /dev/shm (one machine), a broadcast from the trainer
     into the engine's workers (NCCL to other GPUs or hosts, gloo on CPUs or a shared GPU), or inprocess
     (backend vllm only: the engine core runs in the trainer's process and loads the gathered tensors by
-    reference, on their device). auto, resolved on load: inprocess for backend vllm on several ranks (each
-    rank's engine already runs in its process there, vLLM's external launcher), else shm (one rank keeps
-    vLLM's thread binding and seeding out of the trainer's process; docs/generation.md)."""
+    reference, on their device). auto, resolved on load (`auto_weight_sync`): inprocess for backend vllm on
+    several ranks (each rank's engine already runs in its process there, vLLM's external launcher) and on one
+    CUDA rank in rollout.mode=sync (the weights stay on the GPU), else shm (one CPU rank keeps vLLM's thread
+    binding out of the trainer's process; async mode syncs host copies anyway; docs/generation.md)."""
     server_urls: list[str] = Field(default_factory=list)
     """vllm-server: connect to these servers instead of starting our own."""
     num_servers: int = Field(1, ge=1)

@@ -18,6 +18,7 @@ import math
 import random
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Optional, Sequence
 
 from gigpo.trainer.distributed import (RankInfo, all_gather_objects, all_reduce_floats, any_rank,
@@ -517,6 +518,14 @@ class _TrainedEngine(_MicroBatchedModel):
                                     exclude_frozen_parameters=self.settings.lora is not None)
 
     def load_state(self, directory: str, tag: str) -> None:
+        saved = Path(directory) / tag
+        flat = saved / f"bf16_zero_pp_rank_{self.info.rank}_mp_rank_00_optim_states.pt"
+        if flat_bf16_optimizer(self.settings) and (saved / "mp_rank_00_model_states.pt").is_file() and not flat.is_file():
+            raise ValueError(
+                f"{saved} holds a bf16 optimizer without its flat fp32 state ({flat.name}): it was written at ZeRO "
+                "stage 0 before bf16 engines moved to DeepSpeed's BF16_Optimizer (docs/trainer.md, the optimizer "
+                "step), whose Adam state it cannot restore. Resume it with the gigpo version that wrote it, or "
+                "start a new run from its weights with model.path=<that checkpoint>/hf (Adam's moments restart)")
         _, client = self.engine.load_checkpoint(directory, tag=tag, load_optimizer_states=True,
                                                 load_lr_scheduler_states=True,
                                                 load_module_strict=self.settings.lora is None)
