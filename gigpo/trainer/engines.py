@@ -118,9 +118,10 @@ def deepspeed_config(s: TrainingEngineSettings, train: bool = True) -> dict[str,
 
     A bf16 engine trained at ZeRO stage 0 or 1 runs stage 1 with fp32 gradient accumulation, which is what
     makes DeepSpeed build its BF16_Optimizer: the fp32 master weights, their gradients and Adam's moments
-    each live in one flat tensor, so a step is a handful of kernels and one gradient norm whatever the
-    parameter count. Stage 0 would build FP16_UnfusedOptimizer, which checks, copies and steps every
-    parameter on its own, with a host sync each. At one rank stage 1 partitions nothing (docs/trainer.md).
+    each live in one flat tensor, stepped by torch's fused AdamW, so a step is a handful of kernels and one
+    gradient norm whatever the parameter count. Stage 0 would build FP16_UnfusedOptimizer, which checks,
+    copies and steps every parameter on its own, with a host sync each. At one rank stage 1 partitions
+    nothing (docs/trainer.md).
     """
     stage = s.zero_stage
     flat_bf16 = train and flat_bf16_optimizer(s)
@@ -139,6 +140,8 @@ def deepspeed_config(s: TrainingEngineSettings, train: bool = True) -> dict[str,
         cfg["gradient_clipping"] = s.grad_clip
         cfg["optimizer"] = {"type": "AdamW", "params": {
             "lr": s.lr, "weight_decay": s.weight_decay, "betas": [0.9, 0.999], "eps": 1e-8, "torch_adam": True}}
+        if flat_bf16:  # one kernel over the flat master tensor, its step count on the device (torch's fused AdamW)
+            cfg["optimizer"]["params"]["fused"] = True
     return cfg
 
 
