@@ -388,7 +388,9 @@ class _TrainedEngine(_MicroBatchedModel):
             model = lora.wrap(model, settings.lora, value_head=self._value_head)
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=lora.trainable_parameters(model),
                                                config=self.ds_config, lr_scheduler=lr_warmup_schedule(settings.warmup_steps))
-        if self.info.world_size == 1:  # DeepSpeed would flatten, all-reduce and copy back every gradient alone
+        if self.info.world_size == 1 and (self.ds_config["zero_optimization"]["stage"] == 0 or flat_bf16_optimizer(settings)):
+            # DeepSpeed would flatten, all-reduce and copy back every gradient, alone. (Not the ZeRO optimizers
+            # of fp32 stage 1 and of stages 2-3: their reduction also moves the gradients into their partitions.)
             self.engine.enable_backward_allreduce = False
 
     def _module(self) -> torch.nn.Module:
