@@ -114,9 +114,10 @@ class RolloutConfig(Section):
     """How weights reach vLLM: a safetensors file in /dev/shm (one machine), a broadcast from the trainer
     into the engine's workers (NCCL to other GPUs or hosts, gloo on CPUs or a shared GPU), or inprocess
     (backend vllm only: the engine core runs in the trainer's process and loads the gathered tensors by
-    reference, on their device). auto, resolved on load: inprocess for backend vllm on several ranks (each
-    rank's engine already runs in its process there, vLLM's external launcher), else shm (one rank keeps
-    vLLM's thread binding and seeding out of the trainer's process; docs/generation.md)."""
+    reference, on their device). auto, resolved on load (`auto_weight_sync`): inprocess for backend vllm on
+    several ranks (each rank's engine already runs in its process there, vLLM's external launcher) and on one
+    CUDA rank in rollout.mode=sync (the weights stay on the GPU), else shm (one CPU rank keeps vLLM's thread
+    binding out of the trainer's process; async mode syncs host copies anyway; docs/generation.md)."""
     server_urls: list[str] = Field(default_factory=list)
     """vllm-server: connect to these servers instead of starting our own."""
     num_servers: int = Field(1, ge=1)
@@ -484,17 +485,20 @@ class Config(Section):
     @model_validator(mode="before")
     @classmethod
     def _resolve_weight_sync(cls, data: Any) -> Any:
-        """rollout.weight_sync=auto: inprocess where every rank runs its own vLLM engine in process (backend vllm,
-        trainer.nprocs > 1), so weights go from the gathered tensors into the engine on the device."""
+        """rollout.weight_sync=auto, resolved by `auto_weight_sync` (on this machine's device)."""
         if not isinstance(data, dict):
             return data
         rollout, trainer = data.get("rollout") or {}, data.get("trainer") or {}
         if not isinstance(rollout, dict) or not isinstance(trainer, dict) or rollout.get("weight_sync", "auto") != "auto":
             return data
-        several = isinstance(trainer.get("nprocs", 1), int) and trainer.get("nprocs", 1) > 1
-        if rollout.get("backend", RolloutConfig.model_fields["backend"].default) == "vllm" and several:
-            data = {**data, "rollout": {**rollout, "weight_sync": "inprocess"}}
-        return data
+        nprocs = trainer.get("nprocs", 1)
+        backend = rollout.get("backend", RolloutConfig.model_fields["backend"].default)
+        mode = rollout.get("mode", RolloutConfig.model_fields["mode"].default)
+        if not isinstance(nprocs, int) or backend != "vllm":
+            return data  # RolloutConfig's own default (shm), or a type error the fields report
+        # the device matters only for one vLLM rank in sync mode: torch is imported only then
+        device = training_device() if nprocs == 1 and mode == "sync" else "cpu"
+        return {**data, "rollout": {**rollout, "weight_sync": auto_weight_sync(backend, nprocs, mode, device)}}
 
     @model_validator(mode="after")
     def _model_source(self) -> "Config":
@@ -528,6 +532,34 @@ class Config(Section):
 
 
 # --------------------------------------------------------------------------- loading
+
+def auto_weight_sync(backend: str, nprocs: int, mode: str, device: str) -> str:
+    """What rollout.weight_sync=auto means for `backend` with `nprocs` trainer ranks in rollout.mode `mode`, the
+    trainer on `device` ("cuda" or "cpu"): inprocess (the trainer's tensors into a vLLM engine in its
+    process, by reference, on the device) where every rank runs its own vLLM engine in process (nprocs > 1,
+    vLLM's external launcher), and on CUDA at one rank in sync mode; else shm (a file in /dev/shm).
+
+    shm stays the choice on CPU at one rank (vLLM's CPU worker would bind the trainer's OpenMP threads) and in
+    async mode (the sync takes host copies there anyway, and an engine in this process would share the
+    trainer's GIL while it generates); docs/generation.md."""
+    if backend != "vllm":
+        return "shm"
+    if nprocs > 1 or (device == "cuda" and mode == "sync"):
+        return "inprocess"
+    return "shm"
+
+
+def training_device() -> str:
+    """"cuda" where the trainer will train on GPUs (CUDA visible and DeepSpeed's accelerator not forced to the
+    CPU, as gigpo.trainer.distributed.configure_accelerator decides), else "cpu". Imports torch."""
+    import os
+
+    if os.environ.get("DS_ACCELERATOR", "cuda") == "cpu":
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():

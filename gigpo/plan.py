@@ -213,7 +213,8 @@ def plan_for(config: Any, on_gpu: Optional[bool] = None, gpu_gib: Optional[float
     trainer = {
         "weights": p * wbytes / (n if z == 3 else 1),
         "gradients": (4 + (2 if wbytes == 2 else 0)) * trainable / (n if z >= 2 else 1),
-        "optimizer": optimizer_bytes / (n if z >= 1 else 1),
+        # bf16 at ZeRO-0 trains at stage 1 (gigpo.trainer.engines.deepspeed_config: DeepSpeed's flat BF16_Optimizer)
+        "optimizer": optimizer_bytes / (n if z >= 1 or m.dtype == "bf16" else 1),
     }
     if z == 3:  # layers gathered whole for the forward/backward, up to DeepSpeed's live-parameter cap
         trainer["ZeRO-3 gathered"] = min(p, ZERO3_LIVE_PARAMS) * wbytes
@@ -353,7 +354,7 @@ def biggest_lever(plan: Plan, config: Any) -> str:
                         f"rollout.gpu_memory_utilization (now {r.gpu_memory_utilization}; e.g. "
                         f"{max(0.1, round(r.gpu_memory_utilization / 2, 2))})"))
     n, z = t.nprocs, t.zero_stage
-    min_stage = {"weights": 3, "reference": 3, "critic": 3, "gradients": 2, "optimizer": 1}
+    min_stage = {"weights": 3, "reference": 3, "critic": 3, "gradients": 2, "optimizer": 0 if m.dtype == "bf16" else 1}
     whole = sum(v * (n if z >= min_stage[k] else 1) for k, v in tr.items() if k in min_stage)
     states_now = sum(v for k, v in tr.items() if k in min_stage)
     if z < 3 and n > 1:

@@ -18,6 +18,7 @@ import math
 import random
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Optional, Sequence
 
 from gigpo.trainer.distributed import (RankInfo, all_gather_objects, all_reduce_floats, any_rank,
@@ -106,21 +107,41 @@ def settings_from_config(config: Any, critic: bool = False) -> tuple[TrainingEng
     return engine, loss
 
 
+def flat_bf16_optimizer(s: TrainingEngineSettings) -> bool:
+    """Whether a trained engine of these settings steps DeepSpeed's BF16_Optimizer (`deepspeed_config`), which
+    skips a step whose gradient norm is NaN/inf itself."""
+    return s.dtype == "bf16" and s.zero_stage <= 1
+
+
 def deepspeed_config(s: TrainingEngineSettings, train: bool = True) -> dict[str, Any]:
-    """The DeepSpeed config for an engine; `train=False` for a frozen model (no optimizer)."""
+    """The DeepSpeed config for an engine; `train=False` for a frozen model (no optimizer).
+
+    A bf16 engine trained at ZeRO stage 0 or 1 runs stage 1 with fp32 gradient accumulation, which is what
+    makes DeepSpeed build its BF16_Optimizer: the fp32 master weights, their gradients and Adam's moments
+    each live in one flat tensor, stepped by torch's fused AdamW, so a step is a handful of kernels and one
+    gradient norm whatever the parameter count. Stage 0 would build FP16_UnfusedOptimizer, which checks,
+    copies and steps every parameter on its own, with a host sync each. At one rank stage 1 partitions
+    nothing (docs/trainer.md).
+    """
+    stage = s.zero_stage
+    flat_bf16 = train and flat_bf16_optimizer(s)
     cfg: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
         "managed_gradient_accumulation": False,
-        "zero_optimization": {"stage": s.zero_stage},
+        "zero_optimization": {"stage": 1 if flat_bf16 else stage},
         "bf16": {"enabled": s.dtype == "bf16"},
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,
     }
+    if flat_bf16:
+        cfg["data_types"] = {"grad_accum_dtype": "fp32"}
     if train:
         cfg["gradient_clipping"] = s.grad_clip
         cfg["optimizer"] = {"type": "AdamW", "params": {
             "lr": s.lr, "weight_decay": s.weight_decay, "betas": [0.9, 0.999], "eps": 1e-8, "torch_adam": True}}
+        if flat_bf16:  # one kernel over the flat master tensor, its step count on the device (torch's fused AdamW)
+            cfg["optimizer"]["params"]["fused"] = True
     return cfg
 
 
@@ -276,6 +297,8 @@ def check_finite(samples: Sequence[TrainSample]) -> None:
 
 
 ACTION_SUM = "action_sum/"
+GRAD_NORM = "grad_norm/step"
+"""update()'s keys (+ step number) for its steps' grad norms among the device values it reads once."""
 
 
 def action_sums(action: Tensor, logp: Tensor, logp_old: Tensor, logp_ref: Optional[Tensor], entropy: Tensor,
@@ -365,6 +388,10 @@ class _TrainedEngine(_MicroBatchedModel):
             model = lora.wrap(model, settings.lora, value_head=self._value_head)
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=lora.trainable_parameters(model),
                                                config=self.ds_config, lr_scheduler=lr_warmup_schedule(settings.warmup_steps))
+        if self.info.world_size == 1 and (self.ds_config["zero_optimization"]["stage"] == 0 or flat_bf16_optimizer(settings)):
+            # DeepSpeed would flatten, all-reduce and copy back every gradient, alone. (Not the ZeRO optimizers
+            # of fp32 stage 1 and of stages 2-3: their reduction also moves the gradients into their partitions.)
+            self.engine.enable_backward_allreduce = False
 
     def _module(self) -> torch.nn.Module:
         return self.engine
@@ -410,7 +437,8 @@ class _TrainedEngine(_MicroBatchedModel):
         denominators = all_reduce_floats(own)
         micro_counts = all_reduce_floats([len(plan) for plan in plans], op="max")
         sums: dict[str, Tensor] = {}  # fp64 on the device, in micro-batch order: the sums of the parts' floats
-        steps, grad_norms, micro, packed, real, budget_used = 0, [], 0, 0, 0, 0
+        norms: list[Tensor] = []  # each step's grad norm as DeepSpeed computed it, read with the sums at the end
+        steps, micro, packed, real, budget_used = 0, 0, 0, 0, 0
         for subset, plan, denominator, count in zip(subsets, plans, denominators, micro_counts):
             if denominator == 0:  # no rank holds a sample of this mini-batch: every rank skips it alike
                 continue
@@ -438,7 +466,9 @@ class _TrainedEngine(_MicroBatchedModel):
                 raise NonFiniteError(f"{self._prefix} loss is NaN/inf in optimizer step {steps + 1} of this update; "
                                      "the step was not applied, so the weights are those before it")
             own_norm = None
-            if s.zero_stage == 0:  # DeepSpeed reports no grad norm and skips no step at ZeRO-0: check here
+            if self.ds_config["zero_optimization"]["stage"] == 0:
+                # fp32 at ZeRO-0 (bf16 runs stage 1: deepspeed_config): DeepSpeed reports no grad norm and skips
+                # no step here, so the norm is taken here, and the step only when it is finite
                 grads = [p.grad for p in self._module().parameters() if p.grad is not None]
                 own_norm = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
                 if any_rank(not math.isfinite(own_norm)):
@@ -447,18 +477,23 @@ class _TrainedEngine(_MicroBatchedModel):
             lr = float(self.engine.get_lr()[0])  # what this step uses; the scheduler moves it after
             self.engine.step()
             steps += 1
-            norm = self.engine.get_global_grad_norm()
+            norm = self.engine.get_global_grad_norm()  # the one DeepSpeed clipped with (None at ZeRO-0)
             if norm is None:
                 norm = own_norm
-            if not self.engine.was_step_applied() or (norm is not None and not math.isfinite(float(norm))):
+            # BF16_Optimizer's norm is a device tensor, finite when the step was applied: it stays there until the
+            # update ends (reading it now would wait for the step's kernels). The other optimizers' are checked here.
+            checked = flat_bf16_optimizer(s) or norm is None or math.isfinite(float(norm))
+            if not self.engine.was_step_applied() or not checked:
                 # ZeRO 1-3 and bf16 skip a step whose gradients overflow; plain ZeRO-0 fp32 would not
                 raise NonFiniteError(f"{self._prefix} gradients are NaN/inf in optimizer step {steps} of this update "
                                      f"(grad norm {norm}); DeepSpeed skipped the step")
             if norm is not None:
-                grad_norms.append(float(norm))
+                norms.append(torch.as_tensor(norm, dtype=torch.float64, device=_device()).reshape(()))
         self.updates += 1
+        local = read_once({**sums, **{f"{GRAD_NORM}{k}": norm for k, norm in enumerate(norms)}})
+        grad_norms = [local.pop(f"{GRAD_NORM}{k}") for k in range(len(norms))]  # alike on every rank: not summed
         totals: dict[str, float] = defaultdict(float)
-        for part in all_gather_objects(read_once(sums)):
+        for part in all_gather_objects(local):
             for key, value in part.items():
                 totals[key] += value
         metrics = {key: value / steps for key, value in totals.items()  # mean over optimizer steps
@@ -488,6 +523,14 @@ class _TrainedEngine(_MicroBatchedModel):
                                     exclude_frozen_parameters=self.settings.lora is not None)
 
     def load_state(self, directory: str, tag: str) -> None:
+        saved = Path(directory) / tag
+        flat = saved / f"bf16_zero_pp_rank_{self.info.rank}_mp_rank_00_optim_states.pt"
+        if flat_bf16_optimizer(self.settings) and (saved / "mp_rank_00_model_states.pt").is_file() and not flat.is_file():
+            raise ValueError(
+                f"{saved} holds a bf16 optimizer without its flat fp32 state ({flat.name}): it was written at ZeRO "
+                "stage 0 before bf16 engines moved to DeepSpeed's BF16_Optimizer (docs/trainer.md, the optimizer "
+                "step), whose Adam state it cannot restore. Resume it with the gigpo version that wrote it, or "
+                "start a new run from its weights with model.path=<that checkpoint>/hf (Adam's moments restart)")
         _, client = self.engine.load_checkpoint(directory, tag=tag, load_optimizer_states=True,
                                                 load_lr_scheduler_states=True,
                                                 load_module_strict=self.settings.lora is None)

@@ -26,9 +26,13 @@ def inprocess_generator(tiny_model_dir):
     from gigpo.rollout.vllm_backend import VLLMGenerator
     from gigpo.trainer.distributed import init_distributed
 
+    from gigpo.config import auto_weight_sync
+
     init_distributed()  # as the trainer does before its generator: the in-process engine joins this world
+    # what rollout.weight_sync=auto picks for one rank on CUDA in sync mode, run here on the CPU
+    weight_sync = auto_weight_sync("vllm", nprocs=1, mode="sync", device="cuda")
     gen = VLLMGenerator(str(tiny_model_dir), EngineSettings(dtype="fp32", max_num_seqs=32, enforce_eager=True,
-                                                           weight_sync="inprocess"))
+                                                           weight_sync=weight_sync))
     yield gen
     gen.close()
 
@@ -57,7 +61,8 @@ def test_inprocess_sync_copies_nothing_and_matches_the_trainer(inprocess_generat
 
 
 def test_spy_flags_the_shm_path(inprocess_generator, tiny_model_dir):
-    """The file path (today's default) clones the model and writes /dev/shm: the spy must say so."""
+    """The file path (the default on CPU) writes the model to /dev/shm: the spy must say so. (The parameters own
+    their storage, so the file takes them without a clone: weight_sync.tensors.full_state_dict.)"""
     gen = inprocess_generator
     model = load_trainer_model(tiny_model_dir)
     gen.weight_sync = "shm"
@@ -67,8 +72,7 @@ def test_spy_flags_the_shm_path(inprocess_generator, tiny_model_dir):
     finally:
         gen.weight_sync = "inprocess"
     kinds = {e.split()[0] for e in spy.events}
-    assert {"Tensor.clone", "safetensors.save_file"} <= kinds, spy.events
-    assert sum(e.startswith("Tensor.clone") for e in spy.events) >= len(list(model.parameters()))
+    assert "safetensors.save_file" in kinds, spy.events
 
 
 def test_inprocess_sync_skipping_the_tied_head_fails_verification(inprocess_generator, tiny_model_dir):

@@ -52,7 +52,9 @@ class HostSyncs(TorchDispatchMode):
     `float(t)`, `bool(t)`: aten._local_scalar_dense), a copy to the CPU asked for by device (`.to("cpu")`), and
     the ops whose output size depends on values (nonzero, unique). On a CPU nothing waits, but the same calls
     reach this mode, so a CPU test counts what a GPU would wait for. `.tolist()` and `.cpu()` of a CPU tensor
-    do not reach it."""
+    do not reach it. A `_to_copy` that changes the dtype is a cast, counted only where it also names a device
+    other than its operand's: autograd's backward of a cast names the operand's device (a CUDA one on a GPU),
+    which on a CPU would look like a copy to the host."""
 
     VALUE_SIZED = ("nonzero", "_unique2", "unique_dim", "unique_consecutive", "masked_select")
 
@@ -63,7 +65,8 @@ class HostSyncs(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
-        to_cpu = name == "_to_copy" and kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cpu"
+        to_cpu = (name == "_to_copy" and kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cpu"
+                  and (kwargs.get("dtype") in (None, args[0].dtype) or args[0].device.type != "cpu"))
         if name == "_local_scalar_dense" or to_cpu or name in self.VALUE_SIZED:
             self.calls.append(name)
         return func(*args, **kwargs)

@@ -83,14 +83,37 @@ def test_reference_offload_is_refused_under_zero3():
                                                      "trainer.zero_stage=2"]).trainer.offload_reference
 
 
-def test_a_broadcast_sync_into_per_rank_engines_is_refused_on_several_ranks():
+def test_a_broadcast_sync_into_per_rank_engines_is_refused_on_several_ranks(monkeypatch):
     """Each rank's vLLM engine runs in the rank's process when there are several, so weight_sync=nccl would
     broadcast to no one: the recipe is refused, naming the settings that work."""
     with pytest.raises(RecipeError, match=r"weight_sync=nccl with rollout.backend=vllm and trainer.nprocs=8.*inprocess"):
         load_config("recipes/alfworld_7b.yaml", ["rollout.weight_sync=nccl"])
     assert load_config("recipes/alfworld_7b.yaml", ["rollout.weight_sync=nccl", "trainer.nprocs=1"]).rollout.weight_sync == "nccl"
-    # auto: on several ranks each rank's engine takes the gathered weights on the device; one rank keeps the file
+    # auto: on several ranks each rank's engine takes the gathered weights on the device; one CPU rank keeps the file
     assert load_config("recipes/alfworld_7b.yaml").rollout.weight_sync == "inprocess"
+    monkeypatch.setattr("gigpo.config.training_device", lambda: "cpu")
     assert load_config("recipes/alfworld_7b.yaml", ["trainer.nprocs=1"]).rollout.weight_sync == "shm"
     assert load_config("recipes/alfworld_7b.yaml", ["rollout.backend=hf"]).rollout.weight_sync == "shm"
     assert load_config("recipes/alfworld_7b.yaml", ["rollout.weight_sync=shm"]).rollout.weight_sync == "shm"
+
+
+def test_auto_weight_sync_keeps_one_cuda_rank_on_the_device(monkeypatch):
+    """On CUDA one rank in sync mode takes the in-process path (no host copy, no file: the spy of
+    tests/rollout/inprocess_sync_cases.py runs that choice on the CPU); CPU ranks and async mode keep the file."""
+    import torch
+
+    from gigpo.config import auto_weight_sync
+
+    assert auto_weight_sync("vllm", nprocs=1, mode="sync", device="cuda") == "inprocess"
+    assert auto_weight_sync("vllm", nprocs=1, mode="async", device="cuda") == "shm"
+    assert auto_weight_sync("vllm", nprocs=1, mode="sync", device="cpu") == "shm"
+    assert auto_weight_sync("vllm", nprocs=2, mode="async", device="cpu") == "inprocess"
+    assert auto_weight_sync("vllm-server", nprocs=1, mode="sync", device="cuda") == "shm"
+    one_rank = ["trainer.nprocs=1", "rollout.backend=vllm"]
+    if torch.cuda.is_available():  # what a GPU machine resolves without help
+        assert load_config("recipes/alfworld_7b.yaml", one_rank).rollout.weight_sync == "inprocess"
+    monkeypatch.setattr("gigpo.config.training_device", lambda: "cuda")
+    assert load_config("recipes/alfworld_7b.yaml", one_rank).rollout.weight_sync == "inprocess"
+    assert load_config("recipes/alfworld_7b.yaml", [*one_rank, "rollout.mode=async"]).rollout.weight_sync == "shm"
+    monkeypatch.setattr("gigpo.config.training_device", lambda: "cpu")
+    assert load_config("recipes/alfworld_7b.yaml", one_rank).rollout.weight_sync == "shm"

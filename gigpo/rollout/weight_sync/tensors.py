@@ -26,20 +26,30 @@ def shm_dir() -> Path:
 
 def full_state_dict(named_tensors: Iterable[tuple[str, torch.Tensor]], tied_lm_head: bool,
                     dtype: Optional[torch.dtype] = None) -> dict[str, torch.Tensor]:
-    """Detached, contiguous, non-aliasing copies, cast to `dtype`; adds the LM head when it is tied.
+    """Detached, contiguous tensors cast to `dtype`, none sharing storage with another; adds the LM head when
+    it is tied. Every transport consumes the dict at once (a file write, or a copy into a model).
 
     vLLM on CPU keeps its own packed copy of a tied LM head, so the head must be sent even when the
-    trainer's parameters list only the embedding. safetensors refuses tensors sharing storage, hence
-    the copies.
+    trainer's parameters list only the embedding. safetensors refuses tensors sharing storage, so a
+    tensor is copied only where it shares its storage (a view into a flat buffer, as a bf16 engine's
+    parameters are); the actor's `named_weights` yields host copies of their own, which pass as they are
+    (a second full copy of the model was made here before).
     """
     out: dict[str, torch.Tensor] = {}
     for name, tensor in named_tensors:
         name = name.removeprefix("module.")  # DeepSpeed / DDP wrappers
         t = tensor.detach()
-        out[name] = (t.to(dtype) if dtype is not None else t).contiguous().clone()
+        t = (t.to(dtype) if dtype is not None else t).contiguous()
+        out[name] = t if owns_its_storage(t) else t.clone()
     if needs_tied_head(set(out), tied_lm_head):
         out[LM_HEAD] = out[EMBED].clone()
     return out
+
+
+def owns_its_storage(t: torch.Tensor) -> bool:
+    """Whether `t` spans its whole storage: no other tensor can be a view of a different part of it (one
+    that is the very same view of it, a tied weight listed twice, is caught by safetensors)."""
+    return t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size()
 
 
 def engine_tensors(named_tensors: Iterable[tuple[str, torch.Tensor]], tied_lm_head: bool,
