@@ -117,7 +117,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_warmup(args: argparse.Namespace) -> int:
     from gigpo.config import load_config
-    from gigpo.trainer.warmup_artifact import build_artifact
+    from gigpo.trainer.warmup_build import build_artifact
 
     config = load_config(args.recipe, args.overrides)
     digest = build_artifact(config, Path(args.out))

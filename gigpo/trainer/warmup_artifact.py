@@ -75,29 +75,3 @@ def install_artifact(folder: str, sha256: str, warm_dir: Path) -> Path:
     print(f"warm-up: the artifact {folder} (sha256 {found[:16]}...)", flush=True)
     return target
 
-
-def build_artifact(config, out: Path) -> str:
-    """`gigpo warmup`: the recipe's warm-up exactly as `gigpo train` builds it (same demonstrations, seed and
-    cache), saved to `out` as an artifact; returns its sha256."""
-    import tempfile
-
-    from transformers import AutoTokenizer
-
-    from gigpo.models.resolve import resolve_model_path
-    from gigpo.trainer.setup import build_pool, build_prompt_fn
-    from gigpo.trainer.sft_warm_start import sft_warm_start
-
-    t = config.trainer
-    if t.sft_artifact:
-        raise RecipeError(f"the recipe already starts from the artifact {t.sft_artifact}; to build the warm-up "
-                          "again, run with trainer.sft_artifact=null trainer.sft_artifact_sha256=null")
-    if t.sft_steps < 1:
-        raise RecipeError("trainer.sft_steps is 0: the recipe has no warm-up to save; set trainer.sft_steps")
-    if Path(out).exists():
-        raise RecipeError(f"--out {out} exists: a warm-up artifact is written once; choose a new folder")
-    model_path = resolve_model_path(config.model.path, config.model.init, config.model.corpus, config.model.seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".warmup-") as tmp, build_pool(config) as pool:
-        sft_warm_start(config, model_path, pool, build_prompt_fn(config, tokenizer), tokenizer, Path(tmp))
-        return save_artifact(Path(tmp) / "hf", Path(out))
