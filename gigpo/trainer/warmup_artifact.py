@@ -74,4 +74,3 @@ def install_artifact(folder: str, sha256: str, warm_dir: Path) -> Path:
     staging.rename(target)
     print(f"warm-up: the artifact {folder} (sha256 {found[:16]}...)", flush=True)
     return target
-
