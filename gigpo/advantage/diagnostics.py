@@ -62,6 +62,9 @@ def step_group_diagnostics(result: StepRows, prefix: str = "adv/") -> dict[str, 
         stats[f"{prefix}{name}_mean"] = float(values.mean())
         stats[f"{prefix}{name}_std"] = float(values.std())
     stats[f"{prefix}zero_advantage_share"] = float(np.mean(result.advantage == 0.0))
+    # rows whose step part is non-zero: the ones step-level credit reaches (a singleton group, or a group whose
+    # returns are all equal, gives 0), the same measure for every estimator that has a step part (0 for GRPO)
+    stats[f"{prefix}step_signal_share"] = float(np.mean(result.step_advantage != 0.0))
     return stats
 
 

@@ -45,6 +45,11 @@ def test_diagnostics_count_step_groups_and_sizes():
     assert stats["adv/step_group_size_max"] == 3.0
     assert [stats[f"adv/step_group_size/{s}"] for s in (1, 2, 3, 4)] == [0.5, 0.25, 0.25, 0.0]
     assert stats["adv/step_group_size/gt16"] == 0.0
+    # step-level signal: only anchor 1's group has unequal returns (0.95, 0, 0); anchor 3's are equal, the rest alone
+    assert stats["adv/step_signal_share"] == 3 / 7
+    grpo = compute_advantages("grpo", rows, gamma=0.95, lam=0.95, step_weight=1.0, norm="std",
+                              episode_stats="trajectory", similarity=None)
+    assert step_group_diagnostics(grpo)["adv/step_signal_share"] == 0.0
 
 
 def test_anchor_keys_are_the_same_in_other_processes():
