@@ -105,6 +105,9 @@ def main() -> None:
                         help="what plays the evaluations: an HF generator in fp32 (the default; what earlier curves "
                         "used), or the recipe's own (rollout.backend and model.dtype, as `gigpo train` evaluates: "
                         "vLLM's prefix cache makes a real LLM's evaluations several times cheaper)")
+    parser.add_argument("--train-episodes", type=int, default=0, help="also evaluate each checkpoint greedily on this "
+                        "many tasks of the training split (the warm-up's own tasks): high there and low held out "
+                        "is memorising; low on both is a policy that cannot play even what it was shown")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     config = load_config(args.recipe, [*args.overrides, "logging.progress=false", f"env.eval_episodes={args.episodes}"])
@@ -151,6 +154,15 @@ def main() -> None:
                 print(f"{name}: step {step} greedy success {success:.1%} +- {stderr:.1%} ({args.episodes} held-out tasks, "
                       f"{time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.1f}; invalid actions "
                       f"{metrics['eval/invalid_action_rate']:.1%}, episode length {metrics['eval/episode_length']:.1f})", flush=True)
+                if args.train_episodes:
+                    # seed % tasks picks the task: seeds 0..n-1 are n distinct training tasks, all demonstrated when
+                    # sft_rooms covers the split
+                    seen = evaluate(config, pool, generator, prompt_fn, episodes=args.train_episodes,
+                                    on_rollout=lambda played: print_episodes(played, 1))
+                    rows.append((f"{name}-train-tasks", step, seen["eval/success"]))
+                    print(f"{name}: step {step} greedy success on {args.train_episodes} training tasks "
+                          f"{seen['eval/success']:.1%} (invalid actions {seen['eval/invalid_action_rate']:.1%}, "
+                          f"episode length {seen['eval/episode_length']:.1f})", flush=True)
                 if restricted is not None:
                     restricted.update_weights(((k, v.detach()) for k, v in model.state_dict().items()), version=step)
                     held = evaluate(config, eval_pool, restricted, restricted.remember(prompt_fn))

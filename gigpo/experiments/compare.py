@@ -42,6 +42,8 @@ REVISIT_COLUMNS = (("revisit/multi_row_share", "rows in step groups > 1 (%)", 10
                    ("revisit/size_p50", "row-weighted median size", 1.0),
                    ("revisit/size_p90", "row-weighted 90th pct. size", 1.0),
                    ("revisit/self_revisit_share", "rows revisiting own earlier state (%)", 100.0),
+                   # which of those rows the estimator's step part reaches (0 for GRPO; n/a in runs before the metric)
+                   ("adv/step_signal_share", "rows with a step-level signal (%)", 100.0),
                    # not recurrence, but read beside it: a policy that writes invalid moves stays in its state
                    ("rollout/invalid_action_rate", "invalid actions in training rollouts (%)", 100.0))
 HISTOGRAM_KEYS = [f"adv/step_group_size/{k}" for k in range(1, 17)] + ["adv/step_group_size/gt16"]
@@ -596,8 +598,9 @@ def revisit_section(runs: dict[str, list[RunResult]], algos: Sequence[str], out:
              f"Training iterations are cut into {PHASES} equal stretches; each cell is the mean over the stretch's "
              "iterations, then over seeds. Step groups here are the exact-anchor groups inside each task group, "
              "counted for every algorithm (`revisit/` metrics), so the columns compare how much the policies "
-             "revisit states, not only GiGPO's. Sizes are per row. The last row per algorithm is the share of "
-             "invalid actions in its training rollouts.", "",
+             "revisit states, not only GiGPO's. Sizes are per row. \"rows with a step-level signal\" is the share "
+             "whose step part is not 0 (`adv/step_signal_share`), the estimator's own. The last row per algorithm is "
+             "the share of invalid actions in its training rollouts.", "",
              "| algorithm | measure | " + " | ".join(phase_names) + " |", "|---|---|" + "---|" * PHASES]
     for algo in algos:
         for key, title, scale in REVISIT_COLUMNS:

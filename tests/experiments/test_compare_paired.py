@@ -83,6 +83,9 @@ def test_shared_warmup_paired_report_matches_a_hand_computation(tmp_path: Path, 
         assert f"| {algo} | rows in step groups > 1 (%) | {cells[0]} | {cells[1]} | n/a | n/a |" in report
         invalid = [f"{100 * np.mean([rs[i]['rollout/invalid_action_rate'] for rs in records]):.1f}" for i in (1, 2)]
         assert f"| {algo} | invalid actions in training rollouts (%) | {invalid[0]} | {invalid[1]} | n/a | n/a |" in report
+        signal = [f"{100 * np.mean([rs[i]['adv/step_signal_share'] for rs in records]):.1f}" for i in (1, 2)]
+        assert f"| {algo} | rows with a step-level signal (%) | {signal[0]} | {signal[1]} | n/a | n/a |" in report
+        assert algo == "gigpo" or signal == ["0.0", "0.0"]   # GRPO has no step part
         # sampled success of the training rollouts: with two iterations, first 5 and last 5 are both iterations 1-2
         sampled = [np.mean([r["rollout/success"] for r in rs if r.get("iteration", 0) >= 1]) for rs in records]
         cell = f"{100 * np.mean(sampled):.1f} ± {100 * np.std(sampled, ddof=1):.1f}"
