@@ -32,7 +32,7 @@ if [ $REHEARSE = 1 ]; then
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} DS_ACCELERATOR=cpu
   # what CUDA does, shrunk: a tiny model in fp32 (this CPU emulates bf16), an eager vLLM-CPU engine
   MODEL="model.init=tiny model.dtype=fp32" EAGER=true UTIL=0.3 SHORT_ITERS=2 SFT=0
-  PHASE_ARGS="--preset tiny --dtype fp32 --prompts 8 --prompt-tokens 64 --new-tokens 16 --budget 2048"
+  PHASE_ARGS="--cpu --new-tokens 16"
   LIMIT_SCALE=3  # this shared 2-core machine is slow
 else
   [ ${#STEPS[@]} = 0 ] && { echo "gpu_session.sh: name the steps (colocated phases run gputests)" >&2; exit 2; }
