@@ -144,6 +144,11 @@ def alternate(sides: dict[str, Callable[[], Any]], repeats: int, peak_of: Callab
     return calls
 
 
+def allocated(mem: PeakMemory) -> float:
+    """A trainer phase's peak: the allocator's on CUDA, the process tree's resident memory on CPU."""
+    return mem.allocated
+
+
 def free_memory() -> None:
     gc.collect()
     if CUDA:
@@ -336,7 +341,6 @@ def main() -> None:
     train_tokens = sum(len(x) for x in samples)
 
     sleeps, wakes, syncs = Calls(), Calls(), Calls()
-    allocated = lambda mem: mem.allocated   # noqa: E731
     sleeps.call(lambda: phases.enter("update"), lambda mem: 0.0)
 
     def gigpo_logprobs():

@@ -155,8 +155,9 @@ def main() -> None:
                       f"{time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.1f}; invalid actions "
                       f"{metrics['eval/invalid_action_rate']:.1%}, episode length {metrics['eval/episode_length']:.1f})", flush=True)
                 if args.train_episodes:
-                    # seed % tasks picks the task: seeds 0..n-1 are n distinct training tasks, all demonstrated when
-                    # sft_rooms covers the split
+                    # the evaluation's n consecutive seeds on the training pool: envs that pick the task by seed %
+                    # tasks (ALFWorld, WebShop) play n distinct training tasks, all demonstrated when sft_rooms
+                    # covers the split
                     seen = evaluate(config, pool, generator, prompt_fn, episodes=args.train_episodes,
                                     on_rollout=lambda played: print_episodes(played, 1))
                     rows.append((f"{name}-train-tasks", step, seen["eval/success"]))
