@@ -143,8 +143,7 @@ def main() -> None:
             def score(step: int, model) -> None:
                 if step not in checkpoints:
                     return
-                weights = model.state_dict().items() if args.generator == "hf-fp32" else model.named_parameters()
-                generator.update_weights(((k, v.detach()) for k, v in weights), version=step)
+                generator.update_weights(policy_weights(model, full_state=args.generator == "hf-fp32"), version=step)
                 metrics = evaluate(config, eval_pool, generator, prompt_fn,
                                    on_rollout=lambda played: (print_invalid(played, args.examples),
                                                               print_episodes(played, args.episodes_shown)))
@@ -165,7 +164,7 @@ def main() -> None:
                           f"{seen['eval/success']:.1%} (invalid actions {seen['eval/invalid_action_rate']:.1%}, "
                           f"episode length {seen['eval/episode_length']:.1f})", flush=True)
                 if restricted is not None:
-                    restricted.update_weights(((k, v.detach()) for k, v in model.state_dict().items()), version=step)
+                    restricted.update_weights(policy_weights(model, full_state=True), version=step)
                     held = evaluate(config, eval_pool, restricted, restricted.remember(prompt_fn))
                     rows.append((f"{name}-admissible", step, held["eval/success"]))
                     print(f"{name}: step {step} greedy success restricted to the admissible actions {held['eval/success']:.1%} "
@@ -174,7 +173,8 @@ def main() -> None:
 
             supervised_warmup(model_path, Path(tmp) / f"{name}-out", pairs, max(checkpoints), t.sft_lr, t.sft_batch_size,
                               seed, progress=False, dtype=config.model.dtype, after_step=score,
-                              action_share=t.sft_action_share, micro_tokens=t.sft_micro_tokens)
+                              action_share=t.sft_action_share, micro_tokens=t.sft_micro_tokens,
+                              lora_rank=t.sft_lora_rank)
             if args.keep:
                 shutil.copytree(Path(tmp) / f"{name}-out" / "hf", Path(args.keep) / name, dirs_exist_ok=True)
                 print(f"{name}: kept the last step's model in {Path(args.keep) / name}", flush=True)
@@ -187,6 +187,17 @@ def main() -> None:
     print("|---|" + "---|" * len(checkpoints))
     for name in dict.fromkeys(n for n, _, _ in rows):
         print(f"| {name} | " + " | ".join(f"{100 * s:.1f}%" for n, _, s in rows if n == name) + " |")
+
+
+def policy_weights(model, full_state: bool):
+    """(name, tensor) pairs for a generator: a LoRA warm-up's base with its adapters merged (trainer.sft_lora_rank),
+    else the parameters, or the whole state dict (buffers too) when `full_state`."""
+    from gigpo.trainer.lora import is_lora, merged_weights
+
+    if is_lora(model):
+        return merged_weights(model, zero3=False)
+    weights = model.state_dict().items() if full_state else model.named_parameters()
+    return ((k, v.detach()) for k, v in weights)
 
 
 if __name__ == "__main__":

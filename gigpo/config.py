@@ -444,6 +444,10 @@ class TrainerConfig(Section):
     """A warm-up batch whose padded size (rows x longest row) exceeds this many tokens runs as micro-batches of
     rows of similar length (gradient accumulation, the LM head only on answer positions): same gradient up
     to float summation order, far less padding and attention on long prompts (ALFWorld). None: never split."""
+    sft_lora_rank: int = Field(0, ge=0)
+    """0: the warm-up trains every weight. r > 0: it trains rank-r LoRA adapters (alpha 2r, every linear layer but
+    a tied head) and merges them into the base, and `gigpo warmup` saves only the adapters: a few MB that can be
+    committed (SmolLM2-135M at rank 8: about 10 MB in fp32), installed over the same base on any machine."""
     sft_seed: Optional[int] = None
     """Seed of the warm-up (its demonstration tasks, exploration and SGD order); None: trainer.seed. Set it to
     give every RL seed the same warm-up checkpoint (`gigpo compare --shared-warmup`), so seeds differ only in RL."""

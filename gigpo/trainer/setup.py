@@ -216,7 +216,7 @@ def set_up(config: Config, resume: bool = False) -> Run:
     if t.sft_steps > 0 or t.sft_artifact:
         if main and not (warm_dir / "hf" / "config.json").is_file():
             if t.sft_artifact:  # the recipe's saved warm-up, checked against its digest
-                install_artifact(t.sft_artifact, t.sft_artifact_sha256, warm_dir)
+                install_artifact(t.sft_artifact, t.sft_artifact_sha256, warm_dir, model_path)
             else:
                 sft_warm_start(config, model_path, pool, prompt_fn, tokenizer, warm_dir)
         barrier()

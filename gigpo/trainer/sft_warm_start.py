@@ -39,7 +39,7 @@ def sft_warm_start(config: Config, model_path: str, pool, prompt_fn, tokenizer, 
         print(f"warm-up: {len(pairs)} expert-labelled states from {len(tasks)} tasks", flush=True)
         return supervised_warmup(model_path, out_dir, pairs, t.sft_steps, t.sft_lr, t.sft_batch_size, seed,
                                  config.logging.progress, dtype=config.model.dtype, action_share=t.sft_action_share,
-                                 micro_tokens=t.sft_micro_tokens)
+                                 micro_tokens=t.sft_micro_tokens, lora_rank=t.sft_lora_rank)
 
     cached_warmup(cache_root, warmup_cache_key(sft_warmup_settings(config, model_path, seed)),
                   warm_dir, build)

@@ -43,7 +43,7 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
                       lr: float, batch_size: int, seed: int, progress: bool = _LOGGING.progress, dtype: str = "fp32",
                       after_step: Optional[Callable[[int, Any], None]] = None,
                       action_share: Optional[float] = None, micro_tokens: Optional[int] = None,
-                      trim_every_s: Optional[float] = TRIM_EVERY_S) -> Path:
+                      trim_every_s: Optional[float] = TRIM_EVERY_S, lora_rank: int = 0) -> Path:
     """Train on `pairs` (cross-entropy on response tokens) for `steps` AdamW steps; save to out_dir/hf.
 
     `action_share` (trainer.sft_action_share): the share of each answer's loss on the tokens inside its
@@ -51,6 +51,10 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
 
     `micro_tokens` (trainer.sft_micro_tokens): a batch whose padded size (rows x longest) exceeds it is
     split into micro-batches, see `batch_loss_backward`; None never splits.
+
+    `lora_rank` (trainer.sft_lora_rank): 0 trains every weight; r > 0 trains rank-r LoRA adapters only, keeps them
+    in out_dir/hf/adapter and saves the base with them merged (gigpo/trainer/warmup_lora.py), so that the warm-up
+    can be committed as an artifact of a few MB.
 
     `after_step(step, model)` runs after each step (1-based), e.g. to evaluate a learning curve; the
     model is back in training mode when it returns.
@@ -75,8 +79,13 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # fp32 on either: the warm-up is short
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if lora_rank:
+        from gigpo.trainer.warmup_lora import lora_for_warmup
+
+        model = lora_for_warmup(model, lora_rank)
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    trained = [p for p in model.parameters() if p.requires_grad]  # every weight, or the adapters only
+    optimizer = torch.optim.AdamW(trained, lr=lr)
     rng = random.Random(seed)
     pad = tokenizer.pad_token_id
     weights_of = AnswerWeights(tokenizer, action_share) if action_share is not None else None
@@ -92,7 +101,7 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
             loss = batch_loss_backward(model, batch, pad, weights_of, micro_tokens, device, bf16=dtype == "bf16")
         if not torch.isfinite(loss):
             raise RuntimeError(f"supervised warm-up loss became {loss.item()}; lower trainer.sft_lr={lr}")
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
         optimizer.step()
         if trim_every_s is not None and time.monotonic() - last_trim >= trim_every_s:
             release_freed_memory()
@@ -106,8 +115,15 @@ def supervised_warmup(model_path: str, out_dir: Path, pairs: list[tuple[list[int
                   f"elapsed={time.monotonic() - start:.0f}s", flush=True)
     target = Path(out_dir) / "hf"
     staging = Path(out_dir) / "hf.tmp"
-    model.save_pretrained(staging, safe_serialization=True)
-    tokenizer.save_pretrained(staging)
+    shutil.rmtree(staging, ignore_errors=True)
+    if lora_rank:  # the adapters, then the base with them merged exactly as an installed artifact is
+        from gigpo.trainer.warmup_lora import ADAPTER_DIR, merge_into_base, save_adapters
+
+        save_adapters(model, model_path, staging / ADAPTER_DIR)
+        merge_into_base(model_path, staging / ADAPTER_DIR, staging)
+    else:
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
     staging.rename(target)
     return target
 
@@ -240,12 +256,13 @@ def warmup_cache_key(settings: dict[str, Any]) -> str:
     """A digest of everything a warm-up's result depends on, environment code included.
 
     `settings` holds the model source, the env and prompt settings and the sft_* knobs; the sources of
-    gigpo/envs and of this file are hashed too, so changing how rooms or labels are made (or how the
+    gigpo/envs, of this file and of the LoRA merge (warmup_lora.py) are hashed too, so changing how rooms or labels are made (or how the
     warm-up trains) never reuses a stale result.
     """
     digest = hashlib.blake2b(json.dumps(settings, sort_keys=True, default=str).encode(), digest_size=10)
     package = Path(__file__).resolve().parents[1]
-    for source in sorted((package / "envs").rglob("*.py")) + [Path(__file__).resolve()]:
+    here = Path(__file__).resolve()
+    for source in sorted((package / "envs").rglob("*.py")) + [here, here.with_name("warmup_lora.py")]:
         digest.update(source.read_bytes())
     return digest.hexdigest()
 

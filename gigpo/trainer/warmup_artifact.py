@@ -8,12 +8,16 @@ day, from the same weights, and a run whose artifact differs stops before any en
 `gigpo warmup RECIPE --out DIR` writes one (the recipe's own warm-up, as `gigpo train` builds it) and prints the
 two lines for the recipe. The digest covers every file of the folder (weights, config, tokenizer) by relative
 path and content, so a tokenizer swapped beside the same weights is caught too.
+
+Two kinds: a whole Hugging Face model, or (a warm-up with `trainer.sft_lora_rank`) LoRA adapters with the digest
+of the base weights they were trained on, merged into `model.path` at install (gigpo/trainer/warmup_lora.py).
 """
 from __future__ import annotations
 
 import hashlib
 import shutil
 from pathlib import Path
+from typing import Optional
 
 from gigpo.config import RecipeError
 
@@ -53,14 +57,20 @@ def save_artifact(hf_dir: Path, out: Path) -> str:
     return digest
 
 
-def install_artifact(folder: str, sha256: str, warm_dir: Path) -> Path:
-    """Check the artifact against the recipe's digest and copy it to warm_dir/hf, where the run's warm-up lives
-    (so `gigpo compare`'s warm-up digests, `gigpo eval` and resume see it as any warm-up)."""
+def install_artifact(folder: str, sha256: str, warm_dir: Path, base_path: Optional[str] = None) -> Path:
+    """Check the artifact against the recipe's digest and put it in warm_dir/hf, where the run's warm-up lives
+    (so `gigpo compare`'s warm-up digests, `gigpo eval` and resume see it as any warm-up): a model is copied,
+    LoRA adapters are merged into `base_path` (the recipe's model) after checking it is their base."""
+    from gigpo.trainer.warmup_lora import check_base, merge_into_base
+
     source = Path(folder).expanduser()
-    if not (source / "config.json").is_file():
-        raise RecipeError(f"trainer.sft_artifact={folder}: no Hugging Face model there (config.json missing); "
-                          "write one with `gigpo warmup RECIPE --out DIR` or fix the path (relative paths are "
-                          "read from the directory gigpo runs in)")
+    adapters = (source / "adapter_config.json").is_file()
+    if not adapters and not (source / "config.json").is_file():
+        raise RecipeError(f"trainer.sft_artifact={folder}: neither a Hugging Face model (config.json) nor LoRA "
+                          "adapters (adapter_config.json) there; write one with `gigpo warmup RECIPE --out DIR` or "
+                          "fix the path (relative paths are read from the directory gigpo runs in)")
+    if adapters and base_path is None:
+        raise ValueError("install_artifact: LoRA adapters need the base model's path")
     found = artifact_sha256(source)
     if found != sha256.lower():
         raise RecipeError(f"trainer.sft_artifact={folder} has sha256 {found}, but the recipe's "
@@ -70,7 +80,11 @@ def install_artifact(folder: str, sha256: str, warm_dir: Path) -> Path:
     target = Path(warm_dir) / "hf"
     staging = Path(warm_dir) / "hf.tmp"
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(source, staging, ignore=shutil.ignore_patterns(DIGEST_FILE))
+    if adapters:
+        check_base(source, base_path, folder)
+        merge_into_base(base_path, source, staging)
+    else:
+        shutil.copytree(source, staging, ignore=shutil.ignore_patterns(DIGEST_FILE))
     staging.rename(target)
     print(f"warm-up: the artifact {folder} (sha256 {found[:16]}...)", flush=True)
     return target

@@ -17,6 +17,7 @@ def build_artifact(config, out: Path) -> str:
     from gigpo.trainer.setup import build_pool, build_prompt_fn
     from gigpo.trainer.sft_warm_start import sft_warm_start
     from gigpo.trainer.warmup_artifact import save_artifact
+    from gigpo.trainer.warmup_lora import ADAPTER_DIR
 
     t = config.trainer
     if t.sft_artifact:
@@ -31,4 +32,6 @@ def build_artifact(config, out: Path) -> str:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".warmup-") as tmp, build_pool(config) as pool:
         sft_warm_start(config, model_path, pool, build_prompt_fn(config, tokenizer), tokenizer, Path(tmp))
-        return save_artifact(Path(tmp) / "hf", Path(out))
+        built = Path(tmp) / "hf"
+        adapters = built / ADAPTER_DIR  # a LoRA warm-up (trainer.sft_lora_rank): the adapters are the artifact
+        return save_artifact(adapters if adapters.is_dir() else built, Path(out))

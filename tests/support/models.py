@@ -19,3 +19,18 @@ def perturb(model: torch.nn.Module, seed: int, scale: float = 0.05) -> None:
     gen = torch.Generator().manual_seed(seed)
     for p in model.parameters():
         p.add_(torch.randn(p.shape, generator=gen) * scale)
+
+
+@torch.no_grad()
+def mean_answer_logprob(model_dir: Path, pairs: list[tuple[list[int], list[int]]]) -> float:
+    """Mean log-probability per answer token of (prompt, answer) pairs under the model: how well a warm-up
+    learned its demonstrations."""
+    model = load_trainer_model(model_dir)
+    total, count = 0.0, 0
+    for prompt, response in pairs:
+        ids = torch.tensor([prompt + response])
+        logp = torch.log_softmax(model(ids).logits[0, :-1], -1)
+        picked = logp.gather(-1, ids[0, 1:, None])[:, 0][len(prompt) - 1:]
+        total += float(picked.sum())
+        count += len(response)
+    return total / count

@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from support.models import mean_answer_logprob
 from support.tolerance import forward_terms, reorder_tolerance
 
 from gigpo.envs.demos import collect_demonstrations
@@ -15,20 +16,6 @@ from gigpo.envs.pool import EnvPool
 from gigpo.envs.prompt import PromptBuilder
 from gigpo.trainer.sft_warmup import (AnswerWeights, batch_loss_backward, cached_warmup, micro_batches, response_ids,
                                       supervised_warmup, warmup_cache_key, weighted_answer_loss)
-
-
-def _mean_logprob(model_dir: Path, pairs: list[tuple[list[int], list[int]]]) -> float:
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for prompt, response in pairs:
-            ids = torch.tensor([prompt + response])
-            logp = torch.log_softmax(model(ids).logits[0, :-1], -1)
-            targets = ids[0, 1:]
-            picked = logp.gather(-1, targets[:, None])[:, 0][len(prompt) - 1:]
-            total += float(picked.sum())
-            count += len(response)
-    return total / count
 
 
 @pytest.mark.parametrize("dtype,action_share", [
@@ -46,10 +33,10 @@ def test_supervised_warmup_teaches_the_expert_moves(tiny_model_dir, tmp_path, dt
     build = PromptBuilder(tokenizer, 8, 0, "{observation}").batch_token_ids
     pairs = [(p, response_ids(tokenizer, d.action)) for p, d in zip(build([d.view for d in demos]), demos)]
     held_out, train = pairs[:20], pairs[20:]
-    before = _mean_logprob(tiny_model_dir, held_out)
+    before = mean_answer_logprob(tiny_model_dir, held_out)
     out = supervised_warmup(str(tiny_model_dir), tmp_path, train, steps=40, lr=1e-3, batch_size=32, seed=0, progress=False,
                             dtype=dtype, action_share=action_share)
-    after = _mean_logprob(out, held_out)
+    after = mean_answer_logprob(out, held_out)
     assert out == tmp_path / "hf" and not (tmp_path / "hf.tmp").exists()
     # from near-uniform over a 1024-token vocabulary (about -7 per token) to a model that writes the format
     assert before < -5.0 and after > -1.5, (before, after)
