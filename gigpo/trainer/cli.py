@@ -60,10 +60,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from gigpo.config import load_config
-    from gigpo.trainer.evaluation import evaluate_checkpoint
+    from gigpo.trainer.evaluation import evaluate_checkpoint, evaluate_start
 
     config = load_config(args.recipe, args.overrides)
-    evaluate_checkpoint(config, args.checkpoint, episodes=args.episodes)
+    if args.checkpoint is None:
+        evaluate_start(config, episodes=args.episodes)
+    else:
+        evaluate_checkpoint(config, args.checkpoint, episodes=args.episodes)
     return 0
 
 
@@ -139,10 +142,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="section.key=value")
     p.add_argument("--out", required=True, help="new folder for the artifact (an HF model and its SHA256 file)")
     p.set_defaults(func=_cmd_warmup)
-    p = sub.add_parser("eval", help="success rates of a checkpoint on the recipe's evaluation seeds")
+    p = sub.add_parser("eval", help="success rates of a checkpoint (or the recipe's start) on the recipe's evaluation seeds")
     p.add_argument("recipe", help="recipe YAML file (environment and rollout settings)")
     p.add_argument("overrides", nargs="*", metavar="section.key=value")
-    p.add_argument("--checkpoint", required=True, help="HF model directory (e.g. RUN/checkpoints/10/hf)")
+    p.add_argument("--checkpoint", default=None, help="HF model directory (e.g. RUN/checkpoints/10/hf); without it, "
+                   "the policy the recipe's runs start from (its warm-up artifact, digest checked, or model.path)")
     p.add_argument("--episodes", type=int, default=None, help="evaluation episodes (default: env.eval_episodes)")
     p.set_defaults(func=_cmd_eval)
 

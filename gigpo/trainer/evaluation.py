@@ -81,6 +81,30 @@ def evaluate_checkpoint(config: Config, checkpoint: str, episodes: Optional[int]
     return metrics
 
 
+def evaluate_start(config: Config, episodes: Optional[int] = None) -> dict[str, float]:
+    """`gigpo eval RECIPE` without --checkpoint: the policy every run of the recipe starts from, built as a run
+    builds it (its warm-up artifact checked against the digest and merged, or the model itself when there is no
+    warm-up), so that anyone can check a recipe's recorded start on their own machine."""
+    import tempfile
+    from pathlib import Path
+
+    from gigpo.config import RecipeError
+    from gigpo.models.resolve import resolve_model_path
+    from gigpo.trainer.warmup_artifact import install_artifact
+
+    t, m = config.trainer, config.model
+    model_path = resolve_model_path(m.path, m.init, m.corpus, m.seed)
+    if t.sft_artifact:
+        with tempfile.TemporaryDirectory(prefix="gigpo-start-") as tmp:
+            start = install_artifact(t.sft_artifact, t.sft_artifact_sha256, Path(tmp), model_path)
+            return evaluate_checkpoint(config, str(start), episodes)
+    if t.sft_steps > 0:
+        raise RecipeError(f"the recipe warms up for trainer.sft_steps={t.sft_steps} in each run and names no saved "
+                          "warm-up (trainer.sft_artifact), so its start exists only inside a run: pass --checkpoint "
+                          "RUN/warmup/hf, or save the warm-up with `gigpo warmup RECIPE --out DIR` and name it")
+    return evaluate_checkpoint(config, model_path, episodes)
+
+
 def episode_counts(result: "Rollout", prefix: str) -> dict[str, int]:
     """How many episodes each success rate of `result.metrics(prefix)` averages: all, or one task type's."""
     counts = {f"{prefix}success": len(result.episodes)}

@@ -176,3 +176,30 @@ def test_gigpo_warmup_with_lora_saves_only_the_adapters(tmp_path: Path) -> None:
     assert digest == artifact_sha256(tmp_path / "art")
     base = resolve_model_path(config.model.path, config.model.init, config.model.corpus, config.model.seed)
     assert (tmp_path / "art" / "base_weights.sha256").read_text().strip() == base_weights_sha256(base)
+
+
+def test_gigpo_eval_without_a_checkpoint_plays_the_recipes_start(tmp_path: Path) -> None:
+    """`gigpo eval RECIPE` alone evaluates what the recipe's runs start from: its artifact as a run installs it
+    (the same greedy episodes as the installed model, not the base's), refused under a wrong digest; a recipe whose
+    warm-up lives only inside runs is told where its start is. (A LoRA artifact takes the same install step,
+    tested above to give the built bytes.)"""
+    from gigpo.models.resolve import resolve_model_path
+    from gigpo.trainer.evaluation import evaluate_checkpoint, evaluate_start
+    from gigpo.trainer.warmup_build import build_artifact
+
+    settings = [*SMALL, *WARM, "env.eval_episodes=4"]
+    built = load_config(REPO / "recipes/sokoban_tiny.yaml", settings)
+    digest = build_artifact(built, tmp_path / "art")
+    named = [*settings, "trainer.sft_steps=0", f"trainer.sft_artifact={tmp_path / 'art'}"]
+    config = load_config(REPO / "recipes/sokoban_tiny.yaml", [*named, f"trainer.sft_artifact_sha256={digest}"])
+    base = resolve_model_path(config.model.path, config.model.init, config.model.corpus, config.model.seed)
+    installed = install_artifact(str(tmp_path / "art"), digest, tmp_path / "run" / "warmup", base)
+
+    start = evaluate_start(config)
+    assert start == evaluate_checkpoint(config, str(installed))
+    assert start["eval/invalid_action_rate"] < evaluate_checkpoint(config, base)["eval/invalid_action_rate"]
+    wrong = load_config(REPO / "recipes/sokoban_tiny.yaml", [*named, f"trainer.sft_artifact_sha256={'f' * 64}"])
+    with pytest.raises(RecipeError, match=digest):
+        evaluate_start(wrong)
+    with pytest.raises(RecipeError, match="--checkpoint"):
+        evaluate_start(built)
