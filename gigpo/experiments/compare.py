@@ -32,6 +32,7 @@ from gigpo.experiments.paired import DIFF_DECIMALS
 from gigpo.trainer.metrics import read_metrics
 
 SUCCESS_KEY = "eval/success"
+TASK_TYPE_PREFIX = "eval/success/"   # one key per task type where an environment names them (ALFWorld)
 STEPS_KEY = "rollout/env_steps_total"
 LEVELS = (0.3, 0.5, 0.7, 0.9)
 EFFICIENCY_TARGET = 0.7   # the issue's target: GiGPO reaches GRPO's final success in 0.7x the env steps
@@ -65,6 +66,7 @@ class RunResult:
     phase_diagnostics: Optional[dict[str, list[float]]] = None   # REVISIT_COLUMNS key -> mean per phase
     phase_histograms: Optional[list[list[float]]] = None         # GiGPO's step-group size shares per phase
     warmup_digest: Optional[str] = None                           # digest of the warm-up weights it started from
+    task_types: Optional[dict[str, list[float]]] = None           # task type -> its eval success at each evaluation
 
     @property
     def final(self) -> float:
@@ -74,8 +76,13 @@ class RunResult:
     def final_smoothed(self) -> float:
         """Mean of the last 3 evaluations after the start: one greedy evaluation can swing by many
         points when a small update flips the argmax in a state that every task passes through."""
-        late = self.success[1:][-3:]
-        return float(np.mean(late)) if late else float("nan")
+        return last_three_mean(self.success)
+
+
+def last_three_mean(success: Sequence[float]) -> float:
+    """The mean of the last 3 of a run's evaluations after its first (its start), NaN with none after it."""
+    late = list(success[1:])[-3:]
+    return float(np.mean(late)) if late else float("nan")
 
 
 def run_dir_for(out: Path, algo: str, seed: int) -> Path:
@@ -257,11 +264,13 @@ def load_run(out: Path, algo: str, seed: int) -> RunResult:
     if any(HISTOGRAM_KEYS[0] in r for r in trained):
         per_key = [phase_means(trained, key) for key in HISTOGRAM_KEYS]
         histograms = [[col[p] for col in per_key] for p in range(PHASES)]
+    type_keys = sorted({k for r in evals for k in r if k.startswith(TASK_TYPE_PREFIX)})
+    task_types = {k[len(TASK_TYPE_PREFIX):]: [float(r.get(k, float("nan"))) for r in evals] for k in type_keys}
     return RunResult(algo, seed, [float(r[STEPS_KEY]) for r in evals], [float(r[SUCCESS_KEY]) for r in evals],
                      float(np.mean(iter_times)) if iter_times else float("nan"), max(rss) if rss else float("nan"),
                      int(evals[-1].get("eval/episodes", 0)) if evals else 0,
                      tail_mean("loss/entropy"), tail_mean("rollout/invalid_action_rate"), sampled_start, sampled_end,
-                     diagnostics, histograms, warmup_digest(run_dir_for(out, algo, seed)))
+                     diagnostics, histograms, warmup_digest(run_dir_for(out, algo, seed)), task_types or None)
 
 
 def phase_means(records: Sequence[dict[str, Any]], key: str, phases: int = PHASES) -> list[float]:
@@ -549,6 +558,26 @@ def heldout_section(out: Path, pair: tuple[str, str], seeds: Sequence[int]) -> l
     return lines + [""]
 
 
+def task_type_section(runs: dict[str, list[RunResult]], algos: Sequence[str]) -> list[str]:
+    """Start and end per task type, where the runs' evaluations name task types: an average over types can hide
+    one type learned and another lost, and a subset's types start far apart (ALFWorld's look-at and pick-and-place)."""
+    types = sorted({t for algo in algos for r in runs[algo] for t in (r.task_types or {})})
+    if not types:
+        return []
+    lines = ["## Success per task type", "",
+             "Each run's evaluations split by the task type of their episodes; start is the first evaluation, end the "
+             "mean of the last 3 after it, change is end - start within each run; mean ± std over seeds, in percent.",
+             "", "| algorithm | task type | start | end (last 3 evaluations) | change |", "|---|---|---|---|---|"]
+    for algo in algos:
+        for t in types:
+            curves = [(r.task_types or {}).get(t, []) for r in runs[algo]]
+            starts = [c[0] if c else float("nan") for c in curves]
+            ends = [last_three_mean(c) for c in curves]
+            lines.append(f"| {algo} | {t} | {_fmt(starts)} | {_fmt(ends)} "
+                         f"| {_fmt([e - s for s, e in zip(starts, ends)])} |")
+    return lines + [""]
+
+
 def design_section(out: Path, runs: dict[str, list[RunResult]], algos: Sequence[str], seeds: Sequence[int]) -> list[str]:
     """What the runs share: the warm-up checkpoint (by digest) and the task seeds per iteration."""
     digests = {r.warmup_digest for rs in runs.values() for r in rs}
@@ -658,7 +687,8 @@ def write_report(out: Path, recipe: str, algos: Sequence[str], seeds: Sequence[i
         start = _fmt([r.success[0] if r.success else float("nan") for r in runs[algo]])
         lines.append(f"| {algo} | {start} | " + " | ".join(cells) + f" | {_fmt([r.final for r in runs[algo]])} "
                      f"| {_fmt([r.final_smoothed for r in runs[algo]])} |")
-    lines += ["", "## Environment steps to reach a success level", "",
+    lines += [""] + task_type_section(runs, algos)
+    lines += ["## Environment steps to reach a success level", "",
               "| algorithm | " + " | ".join(f"{lv:.0%}" for lv in LEVELS) + " |", "|---|" + "---|" * len(LEVELS)]
     for algo in algos:
         cells = [_fmt([steps_to_reach(r, lv) for r in runs[algo]], scale=1.0, digits=0) for lv in LEVELS]

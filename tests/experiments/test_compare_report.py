@@ -61,3 +61,30 @@ def test_warmup_digest_from_the_weights_or_from_a_copied_record_without_them(tmp
     (copy / "warmup").mkdir(parents=True)                                   # docs/results keeps only the digest
     (copy / "warmup" / WARMUP_DIGEST_FILE).write_text(first + "\n")
     assert warmup_digest(copy) == first
+
+
+def test_task_types_get_their_own_start_and_end_from_the_runs_evaluations(tmp_path):
+    """Two ALFWorld-like runs: one type learned while the other is lost nets out in the mean, but not per type."""
+    import json
+
+    from gigpo.experiments.compare import load_run, run_dir_for, task_type_section
+
+    curves = {0: ([0.5, 0.5, 0.6, 0.7, 0.8], [0.1, 0.1, 0.0, 0.0, 0.0]),
+              1: ([0.4, 0.6, 0.6, 0.6, 0.6], [0.2, 0.2, 0.2, 0.2, 0.2])}
+    for seed, (look, pick) in curves.items():
+        run_dir = run_dir_for(tmp_path, "gigpo", seed)
+        run_dir.mkdir(parents=True)
+        lines = []
+        for i, (a, b) in enumerate(zip(look, pick)):
+            lines.append(json.dumps({"iteration": i * 5, "rollout/env_steps_total": i * 1000, "eval/success": (a + b) / 2,
+                                     "eval/success/look_at": a, "eval/success/pick": b}))
+            lines.append(json.dumps({"iteration": i * 5 + 1, "rollout/env_steps_total": i * 1000 + 200}))  # no eval
+        (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    runs = {"gigpo": [load_run(tmp_path, "gigpo", s) for s in curves]}
+    assert runs["gigpo"][0].task_types == {"look_at": curves[0][0], "pick": curves[0][1]}
+    rows = {line.split(" | ")[1]: line for line in task_type_section(runs, ["gigpo"]) if line.startswith("| gigpo")}
+    # look_at: starts 50 and 40 (45.0 ± 7.1), ends 70 and 60 (65.0 ± 7.1), changes +20 each (20.0 ± 0.0)
+    assert rows["look_at"] == "| gigpo | look_at | 45.0 ± 7.1 | 65.0 ± 7.1 | 20.0 ± 0.0 |"
+    # pick: seed 0 drops from 10 to 0, seed 1 holds at 20
+    assert rows["pick"] == "| gigpo | pick | 15.0 ± 7.1 | 10.0 ± 14.1 | -5.0 ± 7.1 |"
+    assert task_type_section({"grpo": [run("grpo", 0, [0, 1000], [0.2, 0.3])]}, ["grpo"]) == []  # no types: no section
