@@ -15,6 +15,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 from gigpo.infra.dtypes import canonical_dtype
+from gigpo.infra.owner_watch import name_this_process_the_owner
 from gigpo.infra.progress import is_terminal
 from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.generator import CompletionCallback, Generator, check_prompts, check_version
@@ -29,6 +30,7 @@ def build_engine(model_path: str, engine: EngineSettings) -> Any:
     if not Path(model_path, "config.json").is_file() and os.path.isdir(model_path):
         raise FileNotFoundError(f"{model_path} has no config.json; pass a directory saved with save_pretrained")
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(engine.kv_cache_gb)))  # read by the spawned engine
+    name_this_process_the_owner()  # its worker ends with this process (gigpo/infra/owner_watch.py)
     from vllm import LLM
 
     if not _on_cpu():

@@ -18,3 +18,50 @@ def test_reload_warning_is_dropped_for_rotary_tables_only(caplog):
         logger.warning("%s: Failed to load weights", "QKVParallelLinear")
     messages = [r.getMessage() for r in caplog.records]
     assert messages == ["QKVParallelLinear: Failed to load weights"]
+
+
+ENGINE_OWNER = """
+import sys, time
+from gigpo.rollout.engine_settings import EngineSettings
+from gigpo.rollout.vllm_backend import VLLMGenerator
+from gigpo.rollout.types import SamplingSettings
+if __name__ == "__main__":
+    gen = VLLMGenerator(sys.argv[1], EngineSettings(dtype="fp32", max_num_seqs=4, enforce_eager=True, kv_cache_gb=1))
+    gen.generate([[5, 6, 7]], SamplingSettings(temperature=0.0, max_new_tokens=2))
+    print("ready", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_killed_trainer_takes_its_vllm_engine_processes_with_it(tmp_path, tiny_model_dir):
+    """SIGKILL (the OOM killer's) runs no clean-up in the process that built the engine: vLLM's engine core and
+    worker stayed behind with their memory. The worker watches its owner (gigpo/infra/owner_watch.py) and must
+    end both within seconds."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    script = tmp_path / "owner.py"
+    script.write_text(ENGINE_OWNER)
+    owner = subprocess.Popen([sys.executable, str(script), str(tiny_model_dir)], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    engine: list = []
+    try:
+        assert any(line.strip() == "ready" for line in owner.stdout), "the engine did not start"  # vLLM logs first
+        engine = psutil.Process(owner.pid).children(recursive=True)
+        names = [" ".join(p.cmdline()) for p in engine]
+        assert any("EngineCore" in n for n in names) and any("Worker" in n for n in names), names
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait()
+        gone, alive = psutil.wait_procs(engine, timeout=30)
+        assert not alive, f"left running after their owner was killed: {[' '.join(p.cmdline()) for p in alive]}"
+    finally:  # the engine processes of a failed run are no longer this process's children
+        if owner.poll() is None:
+            owner.kill()
+        for p in engine:
+            if p.is_running():
+                p.kill()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 
+from gigpo.infra.owner_watch import watch_owner
+
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
 DERIVED_BUFFER_LAYERS = frozenset({"RotaryEmbedding"})
 """Layers whose tensors are computed at start (rotary's cos/sin table), never part of a checkpoint."""
@@ -27,6 +29,9 @@ def install_reload_warning_filter() -> None:
     logger = logging.getLogger(RELOAD_LOGGER)
     if drop_derived_layer_warnings not in logger.filters:
         logger.addFilter(drop_derived_layer_warnings)
+
+
+watch_owner()  # imported as vLLM's worker starts: end with the trainer or server that built the engine
 
 
 class WeightSyncExtension:
