@@ -40,8 +40,8 @@ def watch_owner(poll_s: float = POLL_S) -> Optional[threading.Thread]:
     watch: the variable unset, or this process is the owner (an engine core run in process)."""
     owner = os.environ.get(OWNER_ENV, "")
     pid_text, _, start = owner.partition(":")
-    if not pid_text.isdigit() or int(pid_text) == os.getpid():
-        return None
+    if not pid_text.isdigit() or not start.isdigit() or int(pid_text) == os.getpid():
+        return None  # no owner, or one whose start could not be read (no /proc): nothing to compare against
     pid = int(pid_text)
     parent = os.getppid()  # the engine core, recorded now: once orphaned, this process gets another parent
     parent_start = _start_time(parent)

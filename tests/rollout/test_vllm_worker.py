@@ -65,3 +65,17 @@ def test_a_killed_trainer_takes_its_vllm_engine_processes_with_it(tmp_path, tiny
         for p in engine:
             if p.is_running():
                 p.kill()
+
+
+def test_the_owner_watch_starts_only_for_a_readable_owner_other_than_this_process(monkeypatch):
+    """An owner whose start could not be read (no /proc) must not read as gone: the engine would kill itself."""
+    import os
+
+    from gigpo.infra.owner_watch import OWNER_ENV, name_this_process_the_owner, watch_owner
+
+    name_this_process_the_owner()
+    assert watch_owner() is None                                   # the engine core in this very process
+    monkeypatch.setenv(OWNER_ENV, f"{os.getppid()}:None")
+    assert watch_owner() is None                                   # unreadable start: no watch
+    monkeypatch.delenv(OWNER_ENV)
+    assert watch_owner() is None                                   # no owner named
