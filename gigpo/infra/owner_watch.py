@@ -14,43 +14,48 @@ import threading
 import time
 from typing import Optional
 
+import psutil
+
 OWNER_ENV = "GIGPO_ENGINE_OWNER_PID"
 POLL_S = 1.0
 
 
 def name_this_process_the_owner() -> None:
-    """Called before an engine is built: the processes it spawns inherit this pid (and this process's start)."""
-    os.environ[OWNER_ENV] = f"{os.getpid()}:{_start_time(os.getpid())}"
+    """Called before an engine is built: the processes it spawns inherit this pid and this process's creation time
+    (a pid reused by another process has another one)."""
+    os.environ[OWNER_ENV] = f"{os.getpid()}:{psutil.Process().create_time()!r}"
 
 
-def _start_time(pid: int) -> Optional[str]:
-    """The process's start in clock ticks since boot (field 22 of /proc/PID/stat): a pid reused by another
-    process has another start. None when the process is gone or is a zombie (killed, not yet reaped)."""
+def _alive(pid: int, created: float) -> bool:
+    """Whether `pid` is still the process created at `created`, and not a zombie (killed, not yet reaped)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else fields[19]
+        process = psutil.Process(pid)
+        return process.create_time() == created and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def watch_owner(poll_s: float = POLL_S) -> Optional[threading.Thread]:
     """In an engine process the owner spawned: a daemon thread that kills this process and its parent (the
     engine core, when that is not the owner itself) once the owner is gone. None where there is no owner to
-    watch: the variable unset, or this process is the owner (an engine core run in process)."""
-    owner = os.environ.get(OWNER_ENV, "")
-    pid_text, _, start = owner.partition(":")
-    if not pid_text.isdigit() or not start.isdigit() or int(pid_text) == os.getpid():
-        return None  # no owner, or one whose start could not be read (no /proc): nothing to compare against
-    pid = int(pid_text)
-    parent = os.getppid()  # the engine core, recorded now: once orphaned, this process gets another parent
-    parent_start = _start_time(parent)
+    watch: the variable unset or unreadable, or this process is the owner (an engine core run in process)."""
+    pid_text, _, created_text = os.environ.get(OWNER_ENV, "").partition(":")
+    try:
+        pid, created = int(pid_text), float(created_text)
+    except ValueError:
+        return None
+    if pid == os.getpid():
+        return None
+    parent = psutil.Process().parent()  # the engine core, kept now: once orphaned, this process gets another parent
 
     def watch() -> None:
-        while _start_time(pid) == start:
+        while _alive(pid, created):
             time.sleep(poll_s)
-        if parent != pid and _start_time(parent) == parent_start:
-            os.kill(parent, signal.SIGKILL)
+        if parent is not None and parent.pid != pid:
+            try:
+                parent.kill()  # psutil refuses a pid that another process has taken since
+            except psutil.Error:
+                pass
         os.kill(os.getpid(), signal.SIGKILL)
 
     thread = threading.Thread(target=watch, name="gigpo-owner-watch", daemon=True)
