@@ -7,6 +7,7 @@ import sys
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from gigpo.infra.owner_watch import watch_server_owner
     from gigpo.rollout.engine_settings import EngineSettings
     from gigpo.rollout.server import check_exposure, serve
 
@@ -16,6 +17,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"gigpo serve: {exc}", file=sys.stderr)
         return 2
+    watch_server_owner()  # a server a trainer started ends with that trainer, even one killed by SIGKILL
     serve(args.model, args.host, args.port, token, EngineSettings.from_cli(args))
     return 0
 

@@ -29,6 +29,7 @@ import torch
 
 from gigpo.config import RolloutConfig
 from gigpo.infra.dtypes import torch_dtype
+from gigpo.infra.owner_watch import SERVER_OWNER_ENV, this_process
 from gigpo.infra.ports import free_port
 from gigpo.rollout.engine_settings import EngineSettings
 from gigpo.rollout.generator import CompletionCallback, Generator
@@ -138,7 +139,7 @@ class ServerGenerator(Generator):
         port = free_port()
         cmd = [sys.executable, "-m", "gigpo.cli", "serve", "--model", self.model_path, "--host", "127.0.0.1",
                "--port", str(port), *self.engine.cli_args()]
-        env = dict(os.environ)
+        env = {**os.environ, SERVER_OWNER_ENV: this_process()}  # the server ends with this process (owner_watch)
         if self.token:
             env["GIGPO_SERVER_TOKEN"] = self.token
         log_path = (self.log_dir or Path(os.environ.get("TMPDIR", "/tmp"))) / f"gigpo-serve-{port}.log"

@@ -23,20 +23,26 @@ def test_reload_warning_is_dropped_for_rotary_tables_only(caplog):
 ENGINE_OWNER = """
 import sys, time
 from gigpo.rollout.engine_settings import EngineSettings
+from gigpo.rollout.server_client import ServerGenerator
 from gigpo.rollout.vllm_backend import VLLMGenerator
 from gigpo.rollout.types import SamplingSettings
 if __name__ == "__main__":
-    gen = VLLMGenerator(sys.argv[1], EngineSettings(dtype="fp32", max_num_seqs=4, enforce_eager=True, kv_cache_gb=1))
-    gen.generate([[5, 6, 7]], SamplingSettings(temperature=0.0, max_new_tokens=2))
+    from concurrent.futures import ThreadPoolExecutor
+    settings = EngineSettings(dtype="fp32", max_num_seqs=4, enforce_eager=True, kv_cache_gb=1)
+    with ThreadPoolExecutor(1) as pool:  # the server starts while the in-process engine does
+        server = pool.submit(ServerGenerator, sys.argv[1], settings, log_dir=sys.argv[2])
+        for gen in (VLLMGenerator(sys.argv[1], settings), server.result()):
+            gen.generate([[5, 6, 7]], SamplingSettings(temperature=0.0, max_new_tokens=2))
     print("ready", flush=True)
     time.sleep(600)
 """
 
 
-def test_a_killed_trainer_takes_its_vllm_engine_processes_with_it(tmp_path, tiny_model_dir):
+def test_a_killed_trainer_takes_its_vllm_engine_and_its_server_with_it(tmp_path, tiny_model_dir):
     """SIGKILL (the OOM killer's) runs no clean-up in the process that built the engine: vLLM's engine core and
-    worker stayed behind with their memory. The worker watches its owner (gigpo/infra/owner_watch.py) and must
-    end both within seconds."""
+    worker stayed behind with their memory, and so did a `gigpo serve` the trainer had started, with its own
+    engine. The worker watches its owner and the server its trainer (gigpo/infra/owner_watch.py): all of them
+    must end within seconds."""
     import os
     import signal
     import subprocess
@@ -47,14 +53,15 @@ def test_a_killed_trainer_takes_its_vllm_engine_processes_with_it(tmp_path, tiny
 
     script = tmp_path / "owner.py"
     script.write_text(ENGINE_OWNER)
-    owner = subprocess.Popen([sys.executable, str(script), str(tiny_model_dir)], stdout=subprocess.PIPE,
+    owner = subprocess.Popen([sys.executable, str(script), str(tiny_model_dir), str(tmp_path)], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True)
     engine: list = []
     try:
         assert any(line.strip() == "ready" for line in owner.stdout), "the engine did not start"  # vLLM logs first
         engine = psutil.Process(owner.pid).children(recursive=True)
         names = [" ".join(p.cmdline()) for p in engine]
-        assert any("EngineCore" in n for n in names) and any("Worker" in n for n in names), names
+        assert sum("EngineCore" in n for n in names) == 2 and sum("Worker" in n for n in names) == 2, names
+        assert any("gigpo.cli serve" in n for n in names), names
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait()
         gone, alive = psutil.wait_procs(engine, timeout=30)
@@ -71,11 +78,15 @@ def test_the_owner_watch_starts_only_for_a_readable_owner_other_than_this_proces
     """An owner whose start could not be read (no /proc) must not read as gone: the engine would kill itself."""
     import os
 
-    from gigpo.infra.owner_watch import OWNER_ENV, name_this_process_the_owner, watch_owner
+    from gigpo.infra.owner_watch import (OWNER_ENV, SERVER_OWNER_ENV, name_this_process_the_owner, this_process,
+                                         watch_owner, watch_server_owner)
 
     name_this_process_the_owner()
     assert watch_owner() is None                                   # the engine core in this very process
-    monkeypatch.setenv(OWNER_ENV, f"{os.getppid()}:None")
-    assert watch_owner() is None                                   # unreadable start: no watch
-    monkeypatch.delenv(OWNER_ENV)
-    assert watch_owner() is None                                   # no owner named
+    monkeypatch.setenv(SERVER_OWNER_ENV, this_process())
+    assert watch_server_owner() is None                            # nor does a server watch itself
+    for env, watch in ((OWNER_ENV, watch_owner), (SERVER_OWNER_ENV, watch_server_owner)):
+        monkeypatch.setenv(env, f"{os.getppid()}:None")
+        assert watch() is None                                     # unreadable start: no watch
+        monkeypatch.delenv(env)
+        assert watch() is None                                     # no owner named (a server started by hand)
