@@ -2,6 +2,9 @@
 listed with a reason; every run prints its slowest tests and its whole time. Inner pytest sessions, in process."""
 from __future__ import annotations
 
+import re
+from collections import namedtuple
+
 import pytest
 
 SLOW_TEST = """
@@ -40,6 +43,7 @@ def test_a_test_over_the_budget_fails_the_run_and_is_named(slow_suite: pytest.Py
     over = text.split("over the time budget", 1)[1]
     assert "test_slow.py::test_made_slow" in over and "test_quick" not in over
     assert "whole run:" in text and "slowest 2 tests" in text
+    assert re.search(r"machine: \d+ cores, \d+% busy over the run, load average [\d.]+ at its end", text), text
     written = {test: (float(seconds), outcome) for seconds, outcome, test in
                (line.split("\t") for line in times.read_text().splitlines())}
     assert set(written) == {"test_slow.py::test_quick", "test_slow.py::test_made_slow"}
@@ -77,3 +81,12 @@ def test_a_failing_run_keeps_its_failure_status(pytester: pytest.Pytester, monke
     assert "over the time budget" not in result.stdout.str()
     outcomes = {line.split("\t")[2]: line.split("\t")[1] for line in times.read_text().splitlines()}
     assert outcomes == {"test_fail.py::test_fails": "failed", "test_fail.py::test_skips": "skipped"}
+
+
+def test_the_busy_share_counts_neither_idle_nor_io_wait_as_work() -> None:
+    from support.budget import busy_share
+
+    Times = namedtuple("Times", "user system idle iowait")
+    before, after = Times(10, 5, 80, 5), Times(50, 15, 120, 15)  # 50 s of work, 50 s idle or waiting
+    assert busy_share(before, after) == pytest.approx(0.5)
+    assert busy_share(before, before) == 0.0

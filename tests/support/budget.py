@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from typing import Optional
+from typing import Any, Optional
 
+import psutil
 import pytest
 
 BUDGET_S = 90.0
@@ -89,6 +90,19 @@ SLOW_ALLOWED: dict[str, str] = {
 }
 
 
+def busy_share(before: Any, after: Any) -> float:
+    """Share of the machine's CPU time between two `psutil.cpu_times()` that went to work: not idle, not waiting
+    for I/O. Printed with the run's time, so that a figure says whether its cores were saturated (another worker
+    would not help) or idle part of the time (waits on timeouts, start-ups), and whether something else ran."""
+    def spent(t: Any) -> tuple[float, float]:
+        idle = t.idle + getattr(t, "iowait", 0.0)
+        return sum(t) - idle, idle
+
+    busy = spent(after)[0] - spent(before)[0]
+    idle = spent(after)[1] - spent(before)[1]
+    return busy / (busy + idle) if busy + idle > 0 else 0.0
+
+
 def budget_s() -> float:
     return float(os.environ.get("GIGPO_TEST_BUDGET_S", BUDGET_S))
 
@@ -108,6 +122,7 @@ class SuiteBudget:
         self.seconds: dict[str, float] = defaultdict(float)
         self.outcomes: dict[str, str] = {}
         self.started = time.monotonic()
+        self.cpu_before = psutil.cpu_times()
 
     def over_budget(self) -> list[tuple[str, float]]:
         return sorted(((node, s) for node, s in self.seconds.items()
@@ -140,6 +155,8 @@ class SuiteBudget:
             write(f"{seconds:8.1f} s  {node}{mark}")
         total = sum(self.seconds.values())
         write(f"whole run: {wall:.0f} s wall, {total:.0f} s of test set-up + call, {len(self.seconds)} tests")
+        write(f"machine: {psutil.cpu_count()} cores, {busy_share(self.cpu_before, psutil.cpu_times()):.0%} busy over "
+              f"the run, load average {os.getloadavg()[0]:.1f} at its end")
         over = self.over_budget()
         if over:
             terminalreporter.section("over the time budget", red=True)
