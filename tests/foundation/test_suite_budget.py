@@ -90,3 +90,5 @@ def test_the_busy_share_counts_neither_idle_nor_io_wait_as_work() -> None:
     before, after = Times(10, 5, 80, 5), Times(50, 15, 120, 15)  # 50 s of work, 50 s idle or waiting
     assert busy_share(before, after) == pytest.approx(0.5)
     assert busy_share(before, before) == 0.0
+    Linux = namedtuple("Linux", "user system idle iowait guest guest_nice")  # guest time is inside user already
+    assert busy_share(Linux(10, 5, 80, 5, 0, 0), Linux(50, 15, 120, 15, 20, 0)) == pytest.approx(0.5)

@@ -96,10 +96,11 @@ def busy_share(before: Any, after: Any) -> float:
     would not help) or idle part of the time (waits on timeouts, start-ups), and whether something else ran."""
     def spent(t: Any) -> tuple[float, float]:
         idle = t.idle + getattr(t, "iowait", 0.0)
-        return sum(t) - idle, idle
+        guest = getattr(t, "guest", 0.0) + getattr(t, "guest_nice", 0.0)  # Linux counts these inside user and nice
+        return sum(t) - idle - guest, idle
 
-    busy = spent(after)[0] - spent(before)[0]
-    idle = spent(after)[1] - spent(before)[1]
+    (busy_then, idle_then), (busy_now, idle_now) = spent(before), spent(after)
+    busy, idle = busy_now - busy_then, idle_now - idle_then
     return busy / (busy + idle) if busy + idle > 0 else 0.0
 
 
