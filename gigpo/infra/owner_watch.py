@@ -9,7 +9,9 @@ spinning, and the run resumed beside them with that much less memory. A `gigpo s
   it starts, watches that process and, once it is gone, kills the engine core (its parent) and itself.
 - The trainer names itself in SERVER_OWNER_ENV when it starts a server; `gigpo serve` watches it and, once it
   is gone, kills its own process group (itself and its engine; the engine's worker also watches the server).
-A process is named by its pid and its creation time, so a pid reused by another process reads as gone.
+A process is named by its pid and its start in seconds since boot, so a pid reused by another process reads as
+gone. Not by its start on the wall clock (psutil's `create_time`): that moves when the system clock is set (a
+virtual machine resumed from a snapshot, NTP), and a CI run's engine then killed itself under a live trainer.
 """
 from __future__ import annotations
 
@@ -26,9 +28,16 @@ SERVER_OWNER_ENV = "GIGPO_SERVER_OWNER_PID"
 POLL_S = 1.0
 
 
+def _since_boot(process: psutil.Process) -> float:
+    """When `process` started, in seconds since boot: unlike its wall-clock start, the same in every process and
+    at any later time, whatever the system clock did meanwhile (the boot time is read twice, in
+    `create_time` and here; a clock set between the two reads fools one look of `_watch`, which looks twice)."""
+    return round(process.create_time() - psutil.boot_time(), 2)
+
+
 def this_process() -> str:
-    """This process as an owner: pid and creation time (`pid:time`)."""
-    return f"{os.getpid()}:{psutil.Process().create_time()!r}"
+    """This process as an owner: pid and start since boot (`pid:seconds`)."""
+    return f"{os.getpid()}:{_since_boot(psutil.Process())!r}"
 
 
 def name_this_process_the_owner() -> None:
@@ -36,28 +45,34 @@ def name_this_process_the_owner() -> None:
     os.environ[OWNER_ENV] = this_process()
 
 
-def _alive(pid: int, created: float) -> bool:
-    """Whether `pid` is still the process created at `created`, and not a zombie (killed, not yet reaped)."""
+def _alive(owner: tuple[int, float]) -> bool:
+    """Whether the process `owner` names still runs: its pid started when the name says (not reused by another
+    process), and it is not a zombie (killed, not yet reaped)."""
+    pid, started = owner
     try:
         process = psutil.Process(pid)
-        return process.create_time() == created and process.status() != psutil.STATUS_ZOMBIE
+        return abs(_since_boot(process) - started) < 0.5 and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 
 
 def _owner(env: str) -> Optional[tuple[int, float]]:
     """The owner named in `env`; None when unset, unreadable, or this very process."""
-    pid_text, _, created_text = os.environ.get(env, "").partition(":")
+    pid_text, _, started_text = os.environ.get(env, "").partition(":")
     try:
-        pid, created = int(pid_text), float(created_text)
+        pid, started = int(pid_text), float(started_text)
     except ValueError:
         return None
-    return None if pid == os.getpid() else (pid, created)
+    return None if pid == os.getpid() else (pid, started)
 
 
 def _watch(owner: tuple[int, float], on_gone: Callable[[], None], poll_s: float) -> threading.Thread:
     def watch() -> None:
-        while _alive(*owner):
+        misses = 0
+        while True:  # gone at two looks in a row: a clock set between _since_boot's two reads fools one look only
+            misses = 0 if _alive(owner) else misses + 1
+            if misses == 2:
+                break
             time.sleep(poll_s)
         on_gone()
 

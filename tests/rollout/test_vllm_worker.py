@@ -93,3 +93,40 @@ def test_the_owner_watch_starts_only_for_a_readable_owner_other_than_this_proces
         assert watch() is None                                     # unreadable start: no watch
         monkeypatch.delenv(env)
         assert watch() is None                                     # no owner named (a server started by hand)
+
+
+def test_the_owner_watch_survives_a_system_clock_set_and_still_sees_its_owner_end(monkeypatch):
+    """The wall clock is set while engines run (a virtual machine resumed from a snapshot, NTP): a CI run's
+    server lost its engine mid-module when the owner's wall-clock start, which moves with the clock, stopped
+    matching the one it was named by. Here the boot time psutil reads moves an hour (the one fault injected:
+    setting this machine's clock would disturb every other test). The watch must not fire; once the owner is
+    killed it must, within seconds. A name whose start does not match (a reused pid) reads as gone."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    import psutil
+
+    from gigpo.infra import owner_watch
+
+    owner = subprocess.Popen([sys.executable, "-c", "import time\nfrom gigpo.infra.owner_watch import this_process\n"
+                              "print(this_process(), flush=True)\ntime.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:
+        monkeypatch.setenv(owner_watch.SERVER_OWNER_ENV, owner.stdout.readline().strip())
+        named = owner_watch._owner(owner_watch.SERVER_OWNER_ENV)
+        assert named is not None and named[0] == owner.pid
+        boot_time = psutil._psplatform.boot_time
+        monkeypatch.setattr(psutil._psplatform, "boot_time", lambda: boot_time() + 3600.0)
+        gone, reused = threading.Event(), threading.Event()
+        owner_watch._watch(named, gone.set, poll_s=0.05)
+        owner_watch._watch((named[0], named[1] - 10.0), reused.set, poll_s=0.05)
+        assert reused.wait(timeout=5)                # the same pid, started at another time: another process
+        time.sleep(0.5)                              # ten looks
+        assert not gone.is_set(), "the watch took a set clock for its owner's end"
+        owner.kill()
+        owner.wait()
+        assert gone.wait(timeout=5)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
