@@ -1,7 +1,7 @@
 """`gigpo serve`: one vLLM engine behind HTTP (FastAPI + uvicorn).
 
 Endpoints (JSON):
-  GET  /health          -> {"status": "ok", "version": v}   (answers while a generation runs)
+  GET  /health          -> {"status": "ok", "version": v, "running": n}   (answers while n requests run)
   GET  /version         -> {"version": v}
   POST /generate        {"prompts": [[ids]], "settings": {...}} -> {"completions": [...], "version": v}
   POST /update_weights  {"path": "/dev/shm/x.safetensors", "version": v} -> {"version": v}
@@ -10,15 +10,21 @@ Endpoints (JSON):
 Each prompt of a /generate request joins the engine's running batch as it arrives (continuous
 batching through `VLLMGenerator.submit`), so concurrent requests, such as an async rollout's one-prompt
 requests, are batched together. Prompt i of a request is seeded `settings.seed + i`. A lock serialises
-weight updates; the trainer does not generate during a sync.
+weight updates; the trainer does not generate during a sync, so requests still running when one comes are
+those of a client that gave up on this server: the sync waits for them (`wait_for_running_requests`).
+A failed weight update answers its error (500, or 409 when requests outlast the wait), and the server's log
+keeps the traceback.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
+import logging
 import secrets
 import threading
-from typing import Any, Optional
+import time
+from typing import Any, Iterator, Optional
 
 from pydantic import BaseModel
 
@@ -27,6 +33,32 @@ from gigpo.rollout.generator import check_prompts
 from gigpo.rollout.types import SamplingSettings
 
 LOOPBACK_NAMES = {"localhost"}
+RUNNING_REQUESTS_WAIT_S = 120.0
+"""How long a weight update waits for requests still running (a client's that gave up) before refusing."""
+
+logger = logging.getLogger(__name__)
+
+
+class StillRunning(RuntimeError):
+    """Requests outlasted RUNNING_REQUESTS_WAIT_S: syncing now would sample them from two policies."""
+
+
+def wait_for_running_requests(generator: Any, timeout_s: float = RUNNING_REQUESTS_WAIT_S) -> None:
+    """Return once `generator` runs no request. The trainer syncs only with none of its own out, so requests
+    running now are a client's that gave up on this server (stopped, or killed mid-rollout); they finish on the
+    weights they started with. Before, the sync was refused with a bare 500."""
+    running = getattr(generator, "in_flight", 0)
+    if not running:
+        return
+    logger.warning("weight update waits for %d requests still running (a client that gave up on this server)",
+                   running)
+    deadline = time.monotonic() + timeout_s
+    while generator.in_flight:
+        if time.monotonic() > deadline:
+            raise StillRunning(f"{generator.in_flight} requests still run after {timeout_s:.0f} s: a weight update "
+                               "now would sample them from two policies; is another client generating on this "
+                               "server?")
+        time.sleep(0.05)
 
 
 class GenerateRequest(BaseModel):
@@ -74,7 +106,7 @@ def create_app(generator: Any, token: Optional[str] = None):
     async def health() -> dict:
         if broken:
             raise HTTPException(status_code=503, detail=f"engine failed: {broken[0]}")
-        return {"status": "ok", "version": generator.version}
+        return {"status": "ok", "version": generator.version, "running": getattr(generator, "in_flight", 0)}
 
     @app.get("/version")
     async def version() -> dict:
@@ -108,11 +140,10 @@ def create_app(generator: Any, token: Optional[str] = None):
     @app.post("/update_weights")
     def update_weights(req: UpdateRequest, authorization: Optional[str] = Header(None)) -> dict:
         authorize(authorization)
-        try:
+        with answered_errors():
             with lock:
+                wait_for_running_requests(generator)
                 generator.load_weights_file(req.path, req.version)
-        except (ValueError, FileNotFoundError) as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from exc
         return {"version": generator.version}
 
     # Weight sync by broadcast (gigpo/rollout/weight_sync/broadcast.py): `init` joins the trainer's group, `update`
@@ -125,18 +156,41 @@ def create_app(generator: Any, token: Optional[str] = None):
         if step == "commit":
             if req.version is None:
                 raise HTTPException(status_code=400, detail="/weight_transfer/commit needs a version")
-            with lock:
+            with answered_errors(), lock:
+                wait_for_running_requests(generator)
                 generator.commit_version(req.version)
         elif step in rpc:
             if req.info is None:
                 raise HTTPException(status_code=400, detail=f"/weight_transfer/{step} needs an info body")
-            generator.llm.collective_rpc(rpc[step], args=(req.info,))
+            with answered_errors():
+                if step == "update":
+                    wait_for_running_requests(generator)
+                generator.llm.collective_rpc(rpc[step], args=(req.info,))
         else:
             raise HTTPException(status_code=404, detail=f"unknown weight transfer step {step!r}; "
                                                         f"use one of {', '.join([*rpc, 'commit'])}")
         return {"version": generator.version}
 
     return app
+
+
+@contextlib.contextmanager
+def answered_errors() -> Iterator[None]:
+    """A weight route's failure as an HTTP answer that says what failed: 400 for a bad request, 409 for requests
+    that outlasted the wait, 500 with the error for anything else (the traceback goes to the server's log)."""
+    from fastapi import HTTPException
+
+    try:
+        yield
+    except HTTPException:
+        raise
+    except (ValueError, FileNotFoundError) as exc:
+        raise HTTPException(status_code=400, detail=str(exc)) from exc
+    except StillRunning as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from exc
+    except Exception as exc:
+        logger.exception("weight update failed")
+        raise HTTPException(status_code=500, detail=f"{type(exc).__name__}: {exc}") from exc
 
 
 def _nth(settings: SamplingSettings, i: int) -> SamplingSettings:

@@ -477,7 +477,9 @@ class ServerGenerator(Generator):
                              timeout=(HEALTH_TIMEOUT_S, self.request_timeout_s))
         if resp.status_code in (400, 401):
             raise ServerError(f"server {server.url} refused {route}: {resp.json().get('detail')}")
-        resp.raise_for_status()
+        if resp.status_code >= 400:  # an HTTPError still (a supervised server is restarted), saying what failed
+            raise requests.HTTPError(f"server {server.url} failed {route} ({resp.status_code}): {_detail(resp)}",
+                                     response=resp)
 
     def _post_weights(self, server: Server, path: Path, version: int) -> None:
         self._watched(server, self._post, server, "update_weights", {"path": str(path), "version": version})
@@ -489,6 +491,14 @@ class ServerGenerator(Generator):
         if self.weights_path is not None:
             self.weights_path.unlink(missing_ok=True)
             self.weights_path = None
+
+
+def _detail(resp: requests.Response) -> str:
+    """What a failed answer says: the server's `detail`, else the start of its body."""
+    try:
+        return str(resp.json()["detail"])
+    except (ValueError, KeyError, TypeError):
+        return resp.text[:500]
 
 
 def _reported(error: ServerError) -> ServerError:

@@ -285,6 +285,11 @@ class VLLMGenerator(Generator):
             self.llm.wake_up()
             self.llm.reset_prefix_cache()  # the KV cache was dropped while asleep
 
+    @property
+    def in_flight(self) -> int:
+        """Submitted requests not yet answered."""
+        return self._stream.in_flight
+
     def check_idle(self) -> None:
         """Refuse a sync (or sleep) while submitted requests run: their samples would mix two policies."""
         if self._stream.in_flight:

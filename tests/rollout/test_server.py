@@ -300,6 +300,31 @@ def test_unreachable_external_server_is_named():
         ServerGenerator("unused", urls=[url], unresponsive_s=1.0)  # the default waits 8 s for a port nobody holds
 
 
+def test_a_weight_update_waits_for_the_requests_of_a_client_that_gave_up(served, trainer):
+    """A client that gave up on this server (its rollout failed, or it was killed) leaves requests running there.
+    The next trainer's weight update must wait for them and land (it answered a bare 500 before, the trainer's
+    run then failing), and those requests must finish on the weights they started with."""
+    url = served.servers[0].url
+    before = served.version
+    body = {"prompts": sample_prompts(32, seed=16),
+            "settings": SamplingSettings(temperature=1.0, max_new_tokens=400, seed=3).to_json()}
+    answered: dict = {}
+    abandoned = threading.Thread(target=lambda: answered.update(
+        resp=requests.post(f"{url}/generate", json=body, timeout=300)))  # nobody reads it until the end
+    abandoned.start()
+    deadline = time.monotonic() + 60
+    while requests.get(f"{url}/health", timeout=30).json()["running"] == 0:
+        assert time.monotonic() < deadline and abandoned.is_alive(), "the requests never ran"
+        time.sleep(0.02)
+    version = _sync_both(served, trainer, seed=700)
+    served.update_weights(trainer[0].named_parameters(), version)
+    assert requests.get(f"{url}/health", timeout=30).json() == {"status": "ok", "version": version, "running": 0}
+    abandoned.join(timeout=60)
+    got = answered["resp"].json()
+    assert got["version"] == before and len(got["completions"]) == 32
+    assert {c["weight_version"] for c in got["completions"]} == {before}
+
+
 def serve_the_base_model(served: ServerGenerator, model_dir, version: int = 0, noise: float = 0.0) -> None:
     """Put the module's server where a freshly started `gigpo serve --model model_dir` is: the base weights at
     version 0 (with `noise` and another `version`: where an earlier run could have left it)."""

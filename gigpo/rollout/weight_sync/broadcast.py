@@ -161,7 +161,9 @@ class HTTPClient:
                              timeout=self.timeout_s)
         if resp.status_code in (400, 401, 404):
             raise RuntimeError(f"server {self.url} refused /weight_transfer/{route}: {resp.text}")
-        resp.raise_for_status()
+        if resp.status_code >= 400:  # an HTTPError still, saying what failed (the server's detail)
+            raise requests.HTTPError(f"server {self.url} failed /weight_transfer/{route} ({resp.status_code}): "
+                                     f"{resp.text[:500]}", response=resp)
 
     def init(self, info: dict[str, Any]) -> None:
         self._post("init", {"info": info})
