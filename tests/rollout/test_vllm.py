@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from gigpo.rollout.hf_backend import HFGenerator
+from gigpo.rollout.server import StillRunning, wait_for_running_requests
 from gigpo.rollout.types import SamplingSettings
 from gigpo.rollout.vllm_backend import SMALL_CPU_CORES, reserve_no_core_on_a_small_cpu
 from gigpo.rollout.weight_sync import sync_weights
@@ -100,6 +101,16 @@ def test_submitted_requests_sample_what_a_batch_does_and_block_a_sync_while_runn
     while not pending and time.monotonic() < deadline:
         time.sleep(0.05)
     assert pending and len(pending[0][0].token_ids) > 0
+    # `gigpo serve` waits for such requests (a client that gave up left them) before a sync, and gives up on
+    # requests that outlast its wait with an error that says so
+    answered = []
+    for prompt in prompts[:8]:
+        vllm_generator.submit(prompt, SamplingSettings(temperature=1.0, max_new_tokens=300), answered.append)
+    with pytest.raises(StillRunning, match="8 requests still run after 0 s"):
+        wait_for_running_requests(vllm_generator, timeout_s=0.01)
+    wait_for_running_requests(vllm_generator)
+    assert len(answered) == 8 and vllm_generator.in_flight == 0
+    vllm_generator.update_weights(model.named_parameters(), vllm_generator.version + 1)
 
 
 @pytest.mark.parametrize("bound", ["largest", "mean"])
