@@ -11,7 +11,7 @@ spinning, and the run resumed beside them with that much less memory. A `gigpo s
   is gone, kills its own process group (itself and its engine; the engine's worker also watches the server).
 A process is named by its pid and its start in seconds since boot, so a pid reused by another process reads as
 gone. Not by its start on the wall clock (psutil's `create_time`): that moves when the system clock is set (a
-virtual machine resumed from a snapshot, NTP), and a CI run's engine then killed itself under a live trainer.
+virtual machine resumed from a snapshot, NTP), and an engine would then kill itself under a live trainer.
 """
 from __future__ import annotations
 
