@@ -228,6 +228,10 @@ def barrier() -> None:
         dist.barrier(group=side_group())
 
 
+LAUNCH_ADDR = "127.0.0.1"
+"""The master address of a run whose ranks all live on this machine."""
+
+
 def relaunch_command(argv: Sequence[str], nprocs: int, module: str = "gigpo.cli",
                      hostfile: Optional[str] = None, master_port: Optional[int] = None,
                      script: Optional[str] = None) -> list[str]:
@@ -247,7 +251,7 @@ def relaunch_command(argv: Sequence[str], nprocs: int, module: str = "gigpo.cli"
         return [sys.executable, "-m", "deepspeed.launcher.runner", "--no_local_rank", "--master_port", port,
                 "--hostfile", hostfile, "--num_gpus", str(nprocs)] + target
     return [sys.executable, "-u", "-m", "deepspeed.launcher.launch", f"--world_info={single_node_world(nprocs)}",
-            "--master_addr=127.0.0.1", f"--master_port={port}", "--no_local_rank"] + target
+            f"--master_addr={LAUNCH_ADDR}", f"--master_port={port}", "--no_local_rank"] + target
 
 
 def single_node_world(nprocs: int) -> str:
@@ -290,6 +294,9 @@ def relaunch_if_needed(argv: Sequence[str], nprocs: int, module: str = "gigpo.cl
         # CPU ranks share the cores: without this each starts a thread per core and they thrash
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nprocs)))
     port = free_port()
+    # names the run's rendezvous port: a port clash is then readable, and so are the run's /dev/shm buffers
+    print(f"gigpo: starting {nprocs} ranks with DeepSpeed's launcher, master {LAUNCH_ADDR}:{port}", file=sys.stderr,
+          flush=True)
     launcher = subprocess.Popen(relaunch_command(argv, nprocs, module, hostfile, master_port=port), env=env,
                                 start_new_session=True)
     try:
@@ -304,4 +311,4 @@ def relaunch_if_needed(argv: Sequence[str], nprocs: int, module: str = "gigpo.cl
     finally:  # a rank that stopped on a signal, a lost peer or an error may not have unlinked its buffer
         if hostfile is None:
             for rank in range(nprocs):
-                remove_shm_allreduce_buffer(rank, "127.0.0.1", port)
+                remove_shm_allreduce_buffer(rank, LAUNCH_ADDR, port)

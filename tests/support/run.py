@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -109,19 +110,14 @@ def processes_in(directory: Path) -> dict[int, str]:
     return found
 
 
-def leaked_allreduce_buffers(before: set[Path]) -> set[Path]:
-    """DeepSpeed CPU all-reduce buffers in /dev/shm that are new since `before` and mapped by no live process.
-    A buffer a live process maps belongs to a run still going, another test's under `make test`'s workers."""
-    new = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")) - before
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        if not new:
-            break
-        try:
-            maps = Path(f"/proc/{pid}/maps").read_text()
-        except OSError:
-            continue
-        new = {path for path in new if str(path) not in maps}
-    return new
+def allreduce_buffers_left(launch_output: str) -> set[Path]:
+    """The DeepSpeed CPU all-reduce buffers (64 MiB per rank in RAM-backed /dev/shm) still present of the
+    two-rank runs whose `gigpo train` output is `launch_output`, found by the master port that `gigpo train` names
+    when it starts the ranks. By port, not by what appeared in /dev/shm meanwhile: under `make test`'s workers
+    another test's ranks come and go in the same window (CI once blamed a test for another run's buffers)."""
+    ports = re.findall(r"ranks with DeepSpeed's launcher, master 127\.0\.0\.1:(\d+)", launch_output)
+    assert ports, f"no launch line in the output:\n{launch_output[-3000:]}"
+    return {path for port in ports for path in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_127.0.0.1_{port}_*")}
 
 
 def metrics_so_far(run_dir: Path) -> list[dict]:

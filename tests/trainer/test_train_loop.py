@@ -10,8 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from support.run import (REPO, REQUIRED_KEYS, WARM, assert_generator_holds_the_trainers_weights, assert_same_update,
-                         assert_same_weights, cut_back, leaked_allreduce_buffers, train, train_and_kill_in_iteration_3)
+from support.run import (REPO, REQUIRED_KEYS, WARM, allreduce_buffers_left, assert_generator_holds_the_trainers_weights,
+                         assert_same_update, assert_same_weights, cut_back, train, train_and_kill_in_iteration_3)
 from support.tolerance import logprob_tolerance
 from transformers import AutoConfig
 
@@ -92,7 +92,6 @@ def test_two_iterations_with_hf_generation(tmp_path: Path, estimator: str) -> No
 
 def test_two_ranks_zero2_with_vllm_budget_stop_and_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
     run = tmp_path / "vllm2"
-    buffers_before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"))
     # at most 12 env steps per iteration here, so a budget of 13 stops both ranks after iteration 2 of 3
     # (rank 1 never counted env steps before the budget was broadcast, and would have waited forever).
     # The untrained policy never acts (zero advantages); an entropy bonus moves its weights each iteration,
@@ -103,14 +102,14 @@ def test_two_ranks_zero2_with_vllm_budget_stop_and_resume(tmp_path: Path, tiny_m
               "trainer.zero_stage=2",
               "trainer.iterations=3", "trainer.max_env_steps=13", "trainer.save_every=1", "model.dtype=fp32",
               "algorithm.entropy_coef=0.01"]
-    train(run, *common)
+    proc = train(run, *common)
     records = metrics(run)
     assert [r["iteration"] for r in records] == [0, 1, 2]
     assert_loadable_checkpoint(run, 2)
     meta = json.loads((run / "checkpoints" / "2" / "meta.json").read_text())
     assert meta["world_size"] == 2
     # DeepSpeed's CPU all-reduce buffers (64 MiB per rank in RAM-backed /dev/shm) are removed at shutdown
-    assert leaked_allreduce_buffers(buffers_before) == set()
+    assert allreduce_buffers_left(proc.stdout + proc.stderr) == set()
 
     # resumed from checkpoint 1 on two ranks, iteration 2 repeats the uninterrupted run's, budget stop included
     resumed = cut_back(run, tmp_path / "resumed", 1)
