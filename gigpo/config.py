@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import difflib
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -608,6 +608,21 @@ def _valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     return keys
 
 
+def _takes_text(parts: list[str]) -> bool:
+    """Whether the field that `parts` names holds text (str or Optional[str]): its value on the command line is
+    taken as written, not read as YAML, so that a folder named `2024` or `0755` stays that name rather than
+    becoming a number (or, with a leading zero, an octal one)."""
+    model: Any = Config
+    for part in parts:
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return False
+        model = field.annotation
+    if get_origin(model) is Union:
+        model = next((arg for arg in get_args(model) if arg is not type(None)), None) if len(get_args(model)) == 2 else None
+    return model is str
+
+
 def _apply_override(data: dict[str, Any], override: str) -> None:
     if "=" not in override:
         raise RecipeError(f"override {override!r} must look like section.key=value")
@@ -619,6 +634,8 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and _takes_text(parts):
+        value = raw.strip()
     if (parts[0] == "model" and len(parts) == 2 and parts[1] in ("path", "init") and value is not None
             and isinstance(data.get("model"), dict)):
         # a model source given on the command line replaces the recipe's, whichever kind it was (clearing one

@@ -95,6 +95,16 @@ def test_malformed_yaml_and_override(tmp_path: Path) -> None:
         load_config(REPO / "recipes" / "sokoban_tiny.yaml", ["trainer.lr"])
 
 
+def test_a_text_key_given_digits_on_the_command_line_keeps_them_as_written() -> None:
+    digits = "0" + "7" * 63  # a sha256 of digits only, leading zero: YAML would read an octal number
+    config = load_config(REPO / "recipes" / "sokoban_tiny.yaml",
+                         ["trainer.run_dir=0755", "model.path=2024", "trainer.sft_artifact=warm",
+                          f"trainer.sft_artifact_sha256={digits}", "trainer.lr=2e-6", "model.init=null"])
+    assert config.trainer.run_dir == "0755" and config.model.path == "2024"
+    assert config.trainer.sft_artifact_sha256 == digits
+    assert config.trainer.lr == 2e-6 and config.model.init is None  # numbers and null still read as YAML
+
+
 def test_dump_round_trips(tmp_path: Path) -> None:
     config = load_config(REPO / "recipes" / "alfworld_7b.yaml", ["trainer.lr=2e-6"])
     again = load_config(write(tmp_path / "dumped.yaml", dump_config(config)))
