@@ -115,9 +115,12 @@ def allreduce_buffers_left(launch_output: str) -> set[Path]:
     two-rank runs whose `gigpo train` output is `launch_output`, found by the master port that `gigpo train` names
     when it starts the ranks. By port, not by what appeared in /dev/shm meanwhile: under `make test`'s workers
     another test's ranks come and go in the same window (CI once blamed a test for another run's buffers)."""
-    ports = re.findall(r"ranks with DeepSpeed's launcher, master 127\.0\.0\.1:(\d+)", launch_output)
+    from gigpo.trainer.distributed import LAUNCH_ADDR
+
+    ports = re.findall(rf"ranks with DeepSpeed's launcher, master {re.escape(LAUNCH_ADDR)}:(\d+)", launch_output)
     assert ports, f"no launch line in the output:\n{launch_output[-3000:]}"
-    return {path for port in ports for path in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_127.0.0.1_{port}_*")}
+    return {path for port in ports
+            for path in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{LAUNCH_ADDR}_{port}_*")}
 
 
 def metrics_so_far(run_dir: Path) -> list[dict]:
