@@ -57,6 +57,7 @@ def build_engine(model_path: str, engine: EngineSettings) -> Any:
         kwargs["enable_sleep_mode"] = True
     if _on_cpu():
         reserve_no_core_on_a_small_cpu(parallel)
+        eager_vocab_mask_for_a_sharded_cpu_engine(parallel)
         # vLLM-CPU crashes ("CPU Generator does not use offset") when a seeded request's prompt is
         # split over steps by chunked prefill; without chunking a step must fit a whole prompt.
         if max_model_len is None:
@@ -87,6 +88,22 @@ def reserve_no_core_on_a_small_cpu(parallel: dict[str, Any]) -> None:
         return
     if len(os.sched_getaffinity(0)) <= SMALL_CPU_CORES:
         os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"  # read by the worker vLLM spawns (or builds in process)
+
+
+def eager_vocab_mask_for_a_sharded_cpu_engine(parallel: dict[str, Any]) -> None:
+    """Run vLLM's vocab-shard mask (`get_masked_input_and_mask`) eagerly in a tensor-parallel CPU engine.
+
+    vLLM compiles that function with torch's inductor. With PyTorch held to AVX2 (`ATEN_CPU_CAPABILITY=avx2`, what a
+    CPU without AVX-512 gets), torch 2.13's inductor compiled it wrong here: token ids came out near 1e17 instead of
+    the shard's 0..127, and the engine died with `IndexError: index out of range` in its embedding. It is a handful of
+    pointwise ops on the token ids, so eager costs nothing that matters. Only a sharded engine calls it, and a
+    sharded engine (vLLM's external launcher) runs in this process, where the module's global is what it calls."""
+    if not parallel:
+        return
+    import vllm.model_executor.layers.vocab_parallel_embedding as vocab
+
+    vocab.get_masked_input_and_mask = getattr(vocab.get_masked_input_and_mask, "__wrapped__",
+                                              vocab.get_masked_input_and_mask)
 
 
 def core_in_process_asked() -> bool:
