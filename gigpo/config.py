@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import difflib
 from pathlib import Path
-from typing import Any, Literal, Optional, Union, get_args, get_origin
+from typing import Any, Literal, Optional, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -618,9 +618,7 @@ def _takes_text(parts: list[str]) -> bool:
         if field is None:
             return False
         model = field.annotation
-    if get_origin(model) is Union:
-        model = next((arg for arg in get_args(model) if arg is not type(None)), None) if len(get_args(model)) == 2 else None
-    return model is str
+    return model is str or set(get_args(model)) == {str, type(None)}
 
 
 def _apply_override(data: dict[str, Any], override: str) -> None:

@@ -94,8 +94,9 @@ def eager_vocab_mask_for_a_sharded_cpu_engine(parallel: dict[str, Any]) -> None:
     """Run vLLM's vocab-shard mask (`get_masked_input_and_mask`) eagerly in a tensor-parallel CPU engine.
 
     vLLM compiles that function with torch's inductor. With PyTorch held to AVX2 (`ATEN_CPU_CAPABILITY=avx2`, what a
-    CPU without AVX-512 gets), torch 2.13's inductor compiled it wrong here: token ids came out near 1e17 instead of
-    the shard's 0..127, and the engine died with `IndexError: index out of range` in its embedding. It is a handful of
+    CPU without AVX-512 gets), torch 2.13's inductor compiled it wrong here: a two-rank engine died with `IndexError:
+    index out of range` in its embedding (a copy of the function compiled in a script gave ids near 1e17 for the
+    shard's 0..127; vLLM's own, called outside an engine, did not, so the trigger is not known). It is a handful of
     pointwise ops on the token ids, so eager costs nothing that matters. Only a sharded engine calls it, and a
     sharded engine (vLLM's external launcher) runs in this process, where the module's global is what it calls."""
     if not parallel:
