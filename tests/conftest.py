@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,23 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # other worker's test holds: the same test passed or was refused by the neighbour's memory. tests/foundation/test_plan.py
 # turns it back on where the check is what is tested.
 os.environ.setdefault("GIGPO_PLAN_CHECK", "0")
+
+
+def _one_share_of_the_cores_per_worker() -> None:
+    """Under xdist, each worker's tests (and every process they start) compute on their share of the cores. torch
+    otherwise starts one OpenMP thread per core in every process, the two workers' threads outnumber the cores, and
+    waiting OpenMP threads spin: beside one other busy process, 21 CPU-bound tests (test_engines.py and the hf
+    train loop) took 89-96 s with torch's default and 36-38 s with one thread (docs/benchmarks.md)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers < 2 or "OMP_NUM_THREADS" in os.environ:  # one process alone, or the user chose
+        return
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    if "torch" in sys.modules:  # too late for the variable in this process: torch reads it when it loads
+        sys.modules["torch"].set_num_threads(threads)
+
+
+_one_share_of_the_cores_per_worker()
 
 
 @pytest.fixture(scope="session")
