@@ -24,8 +24,9 @@ os.environ.setdefault("GIGPO_PLAN_CHECK", "0")
 def _one_share_of_the_cores_per_worker() -> None:
     """Under xdist, each worker's tests (and every process they start) compute on their share of the cores. torch
     otherwise starts one OpenMP thread per core in every process, the two workers' threads outnumber the cores, and
-    waiting OpenMP threads spin: beside one other busy process, 21 CPU-bound tests (test_engines.py and the hf
-    train loop) took 89-96 s with torch's default and 36-38 s with one thread (docs/benchmarks.md)."""
+    each op's thread team waits for a thread that lost its core: beside one other busy process, 21 CPU-bound tests
+    (test_engines.py and the hf train loop) took 89-96 s with torch's default and 36-38 s with one thread
+    (docs/benchmarks.md). The share is the formula of gigpo compare's and a multi-rank launch's children."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers < 2 or "OMP_NUM_THREADS" in os.environ:  # one process alone, or the user chose
         return
