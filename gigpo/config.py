@@ -239,7 +239,7 @@ class EnvConfig(Section):
     """K: how many past (observation, action) pairs the prompt shows."""
     invalid_action_penalty: float = 0.1
     workers: Optional[int] = Field(None, ge=1)
-    """Env worker processes; default: the machine's core count."""
+    """Env worker processes per rank; default: this machine's usable cores split over its ranks (trainer.nprocs)."""
     step_timeout_s: float = Field(60.0, gt=0)
     train_seed_start: int = 0
     eval_seed_start: int = 1_000_000_000

@@ -26,12 +26,13 @@ def _one_share_of_the_cores_per_worker() -> None:
     otherwise starts one OpenMP thread per core in every process, the two workers' threads outnumber the cores, and
     each op's thread team waits for a thread that lost its core: beside one other busy process, 21 CPU-bound tests
     (test_engines.py and the hf train loop) took 89-96 s with torch's default and 36-38 s with one thread
-    (docs/benchmarks.md). The share is the formula of gigpo compare's and a multi-rank launch's children."""
+    (docs/benchmarks.md). The share is that of gigpo compare's and a multi-rank launch's children."""
+    from gigpo.infra.cores import share_threads
+
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers < 2 or "OMP_NUM_THREADS" in os.environ:  # one process alone, or the user chose
         return
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    os.environ["OMP_NUM_THREADS"] = str(threads)
+    threads = int(share_threads(os.environ, workers))
     if "torch" in sys.modules:  # too late for the variable in this process: torch reads it when it loads
         sys.modules["torch"].set_num_threads(threads)
 

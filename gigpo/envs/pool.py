@@ -25,7 +25,6 @@ Workers start with "spawn" (vLLM and torch threads live in the parent; forking t
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import pickle
 import signal
 import time
@@ -37,6 +36,7 @@ from typing import Any, Optional, Sequence
 import gymnasium as gym
 
 from gigpo.config import EnvConfig
+from gigpo.infra.cores import usable_cores
 
 # (kind, episode_idx, argument): kind is reset | step | replay | expert | probe | drop
 _Op = tuple[str, int, Any]
@@ -240,7 +240,7 @@ class EnvPool:
                  workers: Optional[int] = None,
                  step_timeout_s: float = EnvConfig.model_fields["step_timeout_s"].default,
                  start_method: str = "spawn") -> None:
-        workers = (os.cpu_count() or 1) if workers is None else workers
+        workers = usable_cores() if workers is None else workers
         if workers < 1:
             raise ValueError(f"workers={workers} must be at least 1")
         if step_timeout_s <= 0:

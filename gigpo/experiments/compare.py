@@ -29,6 +29,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from gigpo.experiments.paired import DIFF_DECIMALS
+from gigpo.infra.cores import share_threads
 from gigpo.trainer.metrics import read_metrics
 
 SUCCESS_KEY = "eval/success"
@@ -141,7 +142,7 @@ def run_all(recipe: str, out: Path, algos: Sequence[str], seeds: Sequence[int], 
     print(f"compare: {total - len(pending)}/{total} runs already done, {len(pending)} to run", flush=True)
     child_env = dict(os.environ)
     if parallel > 1:  # share the cores instead of every run starting one thread per core
-        child_env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // parallel)))
+        share_threads(child_env, parallel)
     def hold() -> bool:  # a shared warm-up is being built by the one run started so far
         return warmup_seed is not None and warm_up and bool(running) and not _warmup_ready(out, algos, seeds)
 

@@ -284,6 +284,7 @@ def relaunch_if_needed(argv: Sequence[str], nprocs: int, module: str = "gigpo.cl
     """
     import subprocess
 
+    from gigpo.infra.cores import share_threads
     from gigpo.infra.stopping import stop_process_group
 
     if nprocs <= 1 or launched():
@@ -291,8 +292,7 @@ def relaunch_if_needed(argv: Sequence[str], nprocs: int, module: str = "gigpo.cl
     env = os.environ.copy()
     if configure_accelerator() == "cpu":
         env["DS_ACCELERATOR"] = "cpu"
-        # CPU ranks share the cores: without this each starts a thread per core and they thrash
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nprocs)))
+        share_threads(env, nprocs)  # CPU ranks share the cores
     port = free_port()
     # names the run's rendezvous port: a port clash is then readable, and so are the run's /dev/shm buffers
     print(f"gigpo: starting {nprocs} ranks with DeepSpeed's launcher, master {LAUNCH_ADDR}:{port}", file=sys.stderr,
