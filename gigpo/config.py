@@ -16,6 +16,8 @@ from typing import Any, Literal, Optional, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gigpo.infra.cores import share_of_cores
+
 
 class RecipeError(ValueError):
     """A recipe or override that cannot be turned into a valid config; the message says what to fix."""
@@ -485,6 +487,11 @@ class Config(Section):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    def env_workers_per_rank(self) -> int:
+        """env.workers, or this machine's usable cores split over its ranks: the one rule that each rank's env pool
+        starts with and `gigpo plan` budgets memory for."""
+        return self.env.workers or share_of_cores(self.trainer.nprocs)
 
     @model_validator(mode="before")
     @classmethod

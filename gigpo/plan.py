@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from gigpo.infra.cores import share_of_cores
 
 GIB = 2**30
 PROCESS_BASE_GIB = 0.5
@@ -230,9 +229,8 @@ def plan_for(config: Any, on_gpu: Optional[bool] = None, gpu_gib: Optional[float
     trainer["allocator margin"] = ALLOCATOR_MARGIN * sum(trainer.values())
 
     generator = generator_bytes(config, shape, wbytes, on_gpu, gpu_gib)
-    # Every rank plays its share of the rollout with its own generator and env workers (env.workers each,
-    # or this machine's cores split over the ranks).
-    env_workers = e.workers or share_of_cores(n)
+    # Every rank plays its share of the rollout with its own generator and env workers.
+    env_workers = config.env_workers_per_rank()
     family = next((k for k in ENV_WORKER_GIB if k in e.id.lower()), "default")
     host_rank = PROCESS_BASE_GIB * GIB + env_workers * ENV_WORKER_GIB[family] * GIB
     host_rank += VLLM_ENGINE_HOST_GIB * GIB if r.backend != "hf" else 0

@@ -43,13 +43,11 @@ def build_generator(config: Config, model_path: str):
 def build_pool(config: Config, evaluation: bool = False):
     """The env pool for training episodes, or for evaluation ones (with `env.eval_kwargs` merged in)."""
     from gigpo.envs.pool import EnvPool
-    from gigpo.infra.cores import share_of_cores
 
     e = config.env
     kwargs = {"invalid_action_penalty": e.invalid_action_penalty, **e.kwargs, **(e.eval_kwargs if evaluation else {})}
-    # the ranks of this machine split its cores, as their compute threads do (relaunch_if_needed)
-    workers = e.workers or share_of_cores(config.trainer.nprocs)
-    return EnvPool(e.id, env_kwargs=kwargs, max_steps=e.max_steps, workers=workers, step_timeout_s=e.step_timeout_s)
+    return EnvPool(e.id, env_kwargs=kwargs, max_steps=e.max_steps, workers=config.env_workers_per_rank(),
+                   step_timeout_s=e.step_timeout_s)
 
 
 def build_prompt_fn(config: Config, tokenizer):
