@@ -1,6 +1,11 @@
 """`gigpo advantage`: recompute advantages of dumped step rows (JSONL in, JSONL out; see jsonl.py).
 
     gigpo advantage --estimator gigpo --input steps.jsonl --output adv.jsonl --similarity 0.9
+    gigpo advantage --estimator hgpo --input RUN_DIR/records/000010-train.jsonl.gz --output adv.jsonl --stats
+
+The input is step rows (`logging.log_rollouts` writes them to RUN_DIR/rollouts/, plain or gzipped), or a rollout
+record as every run writes to RUN_DIR/records/: its steps in the record's order, one output line each. A record
+holds anchor keys, not anchor texts, so --similarity needs step rows.
 
 Defaults come from gigpo.config.AlgorithmConfig, so the command computes what training computes.
 """
@@ -9,23 +14,60 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
 
 from gigpo.config import AlgorithmConfig
 
+if TYPE_CHECKING:
+    from gigpo.advantage import StepRows
+
+
+def read_input(source: str, similarity: Optional[float]) -> "StepRows":
+    """The step rows of `source`: '-' (stdin), a step-row file, or a rollout record (announced on stderr)."""
+    from gigpo.advantage import AdvantageInputError, read_step_rows
+    from gigpo.advantage.jsonl import open_text
+
+    if source == "-":
+        return read_step_rows(sys.stdin)
+    try:
+        with open_text(source) as f:
+            first = json.loads(f.readline() or "null")
+    except (ValueError, EOFError, OSError):  # not JSON, not UTF-8, a broken gzip: read_step_rows names the fault
+        first = None
+    if not (isinstance(first, dict) and first.get("kind") == "header"):
+        return read_step_rows(source)
+    from gigpo.viewer.record_files import record_step_rows
+
+    if similarity is not None:
+        raise AdvantageInputError(f"{source} is a rollout record: it keeps anchor keys, not the anchor texts that "
+                                  "--similarity compares; train with logging.log_rollouts=true and give "
+                                  "RUN_DIR/rollouts/<iteration>.jsonl instead")
+    try:
+        header, rows = record_step_rows(Path(source))
+    except AdvantageInputError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AdvantageInputError(f"{source}: a malformed rollout record ({type(exc).__name__}: {exc})") from None
+    print(f"gigpo advantage: {source} is the {header.get('phase')} rollout record of iteration "
+          f"{header.get('iteration')}: {len(rows)} steps of {header.get('groups_kept')} of "
+          f"{header.get('groups_total')} groups; its run had estimator={header.get('estimator')} "
+          f"gamma={header.get('gamma')} step_weight={header.get('step_weight')} norm={header.get('norm')} "
+          f"episode_stats={header.get('episode_stats')}", file=sys.stderr)
+    return rows
+
 
 def _cmd_advantage(args: argparse.Namespace) -> int:
-    from gigpo.advantage import (
-        AdvantageInputError, compute_advantages, read_step_rows, step_group_diagnostics, write_advantages,
-    )
+    from gigpo.advantage import AdvantageInputError, compute_advantages, step_group_diagnostics, write_advantages
     from gigpo.advantage.estimators import successor_options
 
     try:
-        rows = read_step_rows(sys.stdin if args.input == "-" else args.input)
+        rows = read_input(args.input, args.similarity)
         result = compute_advantages(
             args.estimator, rows, gamma=args.gamma, lam=args.lam, step_weight=args.step_weight, norm=args.norm,
             episode_stats=args.episode_stats, similarity=args.similarity, **successor_options(args),
         )
-    except (AdvantageInputError, OSError) as exc:
+    except (AdvantageInputError, OSError, EOFError) as exc:
         print(f"gigpo advantage: {exc}", file=sys.stderr)
         return 2
     write_advantages(sys.stdout if args.output == "-" else args.output, result)
@@ -45,7 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--estimator", default=defaults.estimator, choices=sorted(ESTIMATORS),
                    help=f"advantage estimator (default: {defaults.estimator})")
-    p.add_argument("--input", required=True, help="step rows, JSONL ('-' for stdin)")
+    p.add_argument("--input", required=True,
+                   help="step rows, JSONL, plain or gzipped ('-' for stdin), or a rollout record (RUN_DIR/records/)")
     p.add_argument("--output", required=True, help="advantages, JSONL, one line per input row ('-' for stdout)")
     p.add_argument("--gamma", type=float, default=defaults.gamma,
                    help=f"discount of step returns (default: {defaults.gamma})")

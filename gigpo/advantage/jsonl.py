@@ -9,6 +9,7 @@ kind on every line. Output, one line per input row in input order:
 """
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -115,11 +116,25 @@ def parse_step_rows(lines: Iterable[str], source: str = "<input>") -> StepRows:
         raise AdvantageInputError(f"{source}: {exc} (rows are numbered from 0 in input order)") from None
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_text(path: Union[str, Path]) -> TextIO:
+    """A file's UTF-8 text, gunzipped when it is gzip (the trainer's records are; a user may compress a dump)."""
+    with open(path, "rb") as f:
+        gzipped = f.read(2) == GZIP_MAGIC
+    return gzip.open(path, "rt", encoding="utf-8") if gzipped else open(path, encoding="utf-8")
+
+
 def read_step_rows(path: PathOrFile) -> StepRows:
-    """Read the step-row JSONL format from a path or an open text file."""
+    """Read the step-row JSONL format from a path (plain or gzipped) or an open text file."""
     if isinstance(path, (str, Path)):
-        with open(path, encoding="utf-8") as f:
-            return parse_step_rows(f, str(path))
+        with open_text(path) as f:
+            try:
+                return parse_step_rows(f, str(path))
+            except UnicodeDecodeError:
+                raise AdvantageInputError(f"{path}: not UTF-8 text; the input is step rows as JSON lines, plain "
+                                          "or gzipped") from None
     return parse_step_rows(path, getattr(path, "name", "<input>"))
 
 

@@ -20,7 +20,8 @@ with the same anchor, or similar anchor text under algorithm.similarity: the gro
 would use for the other estimators); `adv*` are the estimator's parts as the update used them (null
 in eval records, and where the estimator has no such part: GRPO's and RLOO's step part, PPO's both).
 Numbers are rounded to 6 decimals. Size is bounded by `logging.rollouts_max_mb` of JSON before gzip:
-whole groups are kept in order while they fit, and the header counts the rest.
+whole groups are kept in order while they fit, and the header counts the rest. Besides the viewer,
+`gigpo advantage` reads a record's step rows back (`record_step_rows`) to score them with any estimator.
 """
 from __future__ import annotations
 
@@ -153,6 +154,36 @@ def write_record(path: Path, lines: Iterable[str]) -> Path:
         f.writelines(lines)
     os.replace(tmp, path)
     return path
+
+
+def read_record(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A record's header and its trajectory lines; ValueError naming the file when it is not a record."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    if not lines or not isinstance(lines[0], dict) or lines[0].get("kind") != "header":
+        raise ValueError(f"{path}: not a rollout record (its first line is not a record header)")
+    return lines[0], lines[1:]
+
+
+def record_step_rows(path: Path) -> tuple[dict[str, Any], Any]:
+    """The header and step rows of a record (group, trajectory, step, reward, anchor key, policy version, and the
+    critic's value where every step has one), in the record's order: what `gigpo advantage` needs to score a
+    run's recorded episodes again, with the estimator they were trained with or another."""
+    from gigpo.advantage.rows import StepRows
+
+    header, trajs = read_record(path)
+    steps = [(tr["group"], tr["traj"], st) for tr in trajs for st in tr["steps"]]
+    values = [st.get("value") for _, _, st in steps]
+    rows = StepRows(
+        group=np.asarray([g for g, _, _ in steps], dtype=np.int64),
+        traj=np.asarray([t for _, t, _ in steps], dtype=np.int64),
+        step=np.asarray([st["t"] for _, _, st in steps], dtype=np.int64),
+        reward=np.asarray([st["reward"] for _, _, st in steps], dtype=np.float64),
+        anchor=np.asarray([int(st["anchor"], 16) for _, _, st in steps], dtype=np.uint64),
+        policy_version=np.asarray([st["version"] for _, _, st in steps], dtype=np.int64),
+        value=np.asarray(values, dtype=np.float64) if steps and None not in values else None,
+    )
+    return header, rows
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """`gigpo advantage` end to end: JSONL rows in, advantages out in input order; the JSONL helpers round-trip."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -63,6 +64,21 @@ def test_cli_reports_bad_input_and_exits_2(tmp_path, capsys):
     assert "rows 0 and 7 are the same step" in capsys.readouterr().err
     assert main(["advantage", "--input", str(tmp_path / "missing.jsonl"), "--output", str(tmp_path / "o.jsonl")]) == 2
     assert "missing.jsonl" in capsys.readouterr().err
+    binary = tmp_path / "weights.bin"
+    binary.write_bytes(bytes(range(128, 256)))
+    assert main(["advantage", "--input", str(binary), "--output", str(tmp_path / "o.jsonl")]) == 2
+    assert "weights.bin: not UTF-8 text" in capsys.readouterr().err
+
+
+def test_cli_reads_gzipped_step_rows(tmp_path):
+    """A compressed dump reads as the plain one (gzip is found by its magic bytes, not the name)."""
+    plain = write_jsonl(tmp_path / "in.jsonl", ROWS)
+    packed = tmp_path / "in.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    outs = [tmp_path / "plain.jsonl", tmp_path / "packed.jsonl"]
+    for source, out in zip((plain, packed), outs):
+        assert main(["advantage", "--input", str(source), "--output", str(out)]) == 0
+    assert outs[0].read_text() == outs[1].read_text()
 
 
 def test_installed_command_runs_as_a_process(tmp_path):

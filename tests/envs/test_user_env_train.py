@@ -72,6 +72,18 @@ def test_gigpo_train_runs_an_env_from_the_users_module(tmp_path: Path) -> None:
         observations |= {step["obs"] for traj in lines[1:] for step in traj["steps"]}
     assert "No guess yet." in observations  # the example env's own first observation
 
+    # the real run's train record scored again by `gigpo advantage` gives the advantages its update used
+    record = run / "records" / "000002-train.jsonl.gz"
+    with gzip.open(record, "rt", encoding="utf-8") as f:
+        header, *trajs = [json.loads(line) for line in f]
+    options = [f"--{key.replace('_', '-')}={header[key]}" for key in ("estimator", "gamma", "step_weight", "norm",
+                                                                      "episode_stats")]
+    gigpo(work, env, "advantage", "--input", str(record), "--output", "adv.jsonl", *options)
+    scored = [json.loads(line)["advantage"] for line in (work / "adv.jsonl").read_text().splitlines()]
+    recorded = [step["adv"] for traj in trajs for step in traj["steps"]]
+    assert len(scored) == len(recorded) > 0
+    assert max(abs(a - b) for a, b in zip(scored, recorded)) <= 5e-7 + 1e-12  # the record keeps 6 decimals
+
     html = work / "view.html"
     records = sorted(p.name.split(".")[0] for p in (run / "records").glob("*.jsonl.gz"))
     assert records == ["000000-eval", "000001-eval", "000001-train", "000002-eval", "000002-train"], records

@@ -127,3 +127,35 @@ def test_a_failing_record_never_stops_training(tmp_path: Path, capsys) -> None:
     (tmp_path / "records").write_text("a file where the folder should be")  # the write fails
     assert make_recorder(tmp_path, rollouts_every=1).after_advantage(1, True, result, episodes) is None
     assert "the train rollout record of iteration 1 failed" in capsys.readouterr().out
+
+
+def test_gigpo_advantage_scores_a_record_again_as_the_update_did(tmp_path: Path, capsys) -> None:
+    """A run's records are the input users have without logging.log_rollouts: `gigpo advantage` reads one and,
+    with the run's estimator, gives back the advantages the update used; another estimator sees the same anchors."""
+    from gigpo.advantage import compute_advantages, read_advantages
+    from gigpo.cli import main
+
+    steps, episodes, result = synthetic_rollout(n_groups=3, group_size=4, length=6, seed=2)
+    path = make_recorder(tmp_path, rollouts_every=1).after_advantage(1, True, result, episodes)
+    _, trajs = read_lines(path)
+    recorded = [st["adv"] for tr in trajs for st in tr["steps"]]
+    out = tmp_path / "adv.jsonl"
+    assert main(["advantage", "--input", str(path), "--output", str(out)]) == 0
+    assert "train rollout record of iteration 1" in capsys.readouterr().err
+    got = read_advantages(out)
+    assert len(got["advantage"]) == len(recorded) == len(steps)
+    np.testing.assert_allclose(got["advantage"], recorded, rtol=0, atol=5e-7 + 1e-12)  # the record's 6 decimals
+
+    order = {key: i for i, key in enumerate(zip(steps.traj.tolist(), steps.step.tolist()))}
+    in_record_order = [order[(tr["traj"], st["t"])] for tr in trajs for st in tr["steps"]]
+    from gigpo.viewer.record_files import record_step_rows
+
+    rows = record_step_rows(path)[1]  # the estimator's own keys come back, not keys of their hex text
+    np.testing.assert_array_equal(rows.anchor, steps.anchor[in_record_order])
+    options = dict(gamma=0.95, lam=0.95, step_weight=1.0, norm="std", episode_stats="trajectory", similarity=None)
+    hgpo = compute_advantages("hgpo", steps, **options, hgpo_history=2, hgpo_alpha=1.0, hgpo_episode_group=False)
+    assert main(["advantage", "--estimator", "hgpo", "--input", str(path), "--output", str(out)]) == 0
+    np.testing.assert_allclose(read_advantages(out)["advantage"], hgpo.advantage[in_record_order], rtol=0, atol=1e-12)
+
+    assert main(["advantage", "--input", str(path), "--output", str(out), "--similarity", "0.9"]) == 2
+    assert "keeps anchor keys, not the anchor texts" in capsys.readouterr().err
