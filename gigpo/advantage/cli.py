@@ -4,10 +4,11 @@
     gigpo advantage --estimator hgpo --input RUN_DIR/records/000010-train.jsonl.gz --output adv.jsonl --stats
 
 The input is step rows (`logging.log_rollouts` writes them to RUN_DIR/rollouts/, plain or gzipped), or a rollout
-record as every run writes to RUN_DIR/records/: its steps in the record's order, one output line each. A record
-holds anchor keys, not anchor texts, so --similarity needs step rows.
+record as every run writes to RUN_DIR/records/: its steps in the record's order, one output line each, scored with
+the options its run trained with unless given (the header names them). A record holds anchor keys, not anchor
+texts, so --similarity needs step rows.
 
-Defaults come from gigpo.config.AlgorithmConfig, so the command computes what training computes.
+Other defaults come from gigpo.config.AlgorithmConfig, so the command computes what training computes.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from gigpo.config import AlgorithmConfig
 
@@ -23,20 +24,25 @@ if TYPE_CHECKING:
     from gigpo.advantage import StepRows
 
 
-def read_input(source: str, similarity: Optional[float]) -> "StepRows":
-    """The step rows of `source`: '-' (stdin), a step-row file, or a rollout record (announced on stderr)."""
+RECORDED_OPTIONS = ("estimator", "gamma", "step_weight", "norm", "episode_stats")
+"""The options a rollout record's header names: unless given, a record is scored with its run's own."""
+
+
+def read_input(source: str, similarity: Optional[float]) -> tuple["StepRows", Optional[dict[str, Any]]]:
+    """The step rows of `source` ('-' for stdin, a step-row file, or a rollout record), and the record's header
+    (None for step rows)."""
     from gigpo.advantage import AdvantageInputError, read_step_rows
     from gigpo.advantage.jsonl import open_text
 
     if source == "-":
-        return read_step_rows(sys.stdin)
+        return read_step_rows(sys.stdin), None
     try:
         with open_text(source) as f:
             first = json.loads(f.readline() or "null")
     except (ValueError, EOFError, OSError):  # not JSON, not UTF-8, a broken gzip: read_step_rows names the fault
         first = None
     if not (isinstance(first, dict) and first.get("kind") == "header"):
-        return read_step_rows(source)
+        return read_step_rows(source), None
     from gigpo.viewer.record_files import record_step_rows
 
     if similarity is not None:
@@ -49,12 +55,25 @@ def read_input(source: str, similarity: Optional[float]) -> "StepRows":
         raise
     except (KeyError, TypeError, ValueError) as exc:
         raise AdvantageInputError(f"{source}: a malformed rollout record ({type(exc).__name__}: {exc})") from None
-    print(f"gigpo advantage: {source} is the {header.get('phase')} rollout record of iteration "
-          f"{header.get('iteration')}: {len(rows)} steps of {header.get('groups_kept')} of "
-          f"{header.get('groups_total')} groups; its run had estimator={header.get('estimator')} "
-          f"gamma={header.get('gamma')} step_weight={header.get('step_weight')} norm={header.get('norm')} "
-          f"episode_stats={header.get('episode_stats')}", file=sys.stderr)
-    return rows
+    return rows, header
+
+
+def _resolve_options(args: argparse.Namespace, header: Optional[dict[str, Any]]) -> None:
+    """Fill the options not given: from a record's header (what its run trained with), else AlgorithmConfig's."""
+    defaults = AlgorithmConfig()
+    for name in RECORDED_OPTIONS:
+        if getattr(args, name) is None:
+            recorded = (header or {}).get(name)
+            setattr(args, name, recorded if recorded is not None else getattr(defaults, name))
+    if header is None:
+        return
+    used = " ".join(f"{name}={getattr(args, name)}" for name in RECORDED_OPTIONS)
+    print(f"gigpo advantage: {args.input} is the {header.get('phase')} rollout record of iteration "
+          f"{header.get('iteration')} ({header.get('groups_kept')} of {header.get('groups_total')} groups); "
+          f"scored with {used} (options not given are the run's)", file=sys.stderr)
+    if header.get("similarity") is not None:
+        print(f"gigpo advantage: its run grouped anchors by similarity {header['similarity']}; a record keeps only "
+              "anchor keys, so these step groups are exact anchors", file=sys.stderr)
 
 
 def _cmd_advantage(args: argparse.Namespace) -> int:
@@ -62,7 +81,8 @@ def _cmd_advantage(args: argparse.Namespace) -> int:
     from gigpo.advantage.estimators import successor_options
 
     try:
-        rows = read_input(args.input, args.similarity)
+        rows, header = read_input(args.input, args.similarity)
+        _resolve_options(args, header)
         result = compute_advantages(
             args.estimator, rows, gamma=args.gamma, lam=args.lam, step_weight=args.step_weight, norm=args.norm,
             episode_stats=args.episode_stats, similarity=args.similarity, **successor_options(args),
@@ -85,21 +105,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "advantage", help="compute per-step advantages of step rows (JSONL) with any estimator",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--estimator", default=defaults.estimator, choices=sorted(ESTIMATORS),
-                   help=f"advantage estimator (default: {defaults.estimator})")
+    recorded = "a record's own, else "  # RECORDED_OPTIONS: None until _resolve_options
+    p.add_argument("--estimator", default=None, choices=sorted(ESTIMATORS),
+                   help=f"advantage estimator (default: {recorded}{defaults.estimator})")
     p.add_argument("--input", required=True,
                    help="step rows, JSONL, plain or gzipped ('-' for stdin), or a rollout record (RUN_DIR/records/)")
     p.add_argument("--output", required=True, help="advantages, JSONL, one line per input row ('-' for stdout)")
-    p.add_argument("--gamma", type=float, default=defaults.gamma,
-                   help=f"discount of step returns (default: {defaults.gamma})")
+    p.add_argument("--gamma", type=float, default=None,
+                   help=f"discount of step returns (default: {recorded}{defaults.gamma})")
     p.add_argument("--lam", type=float, default=defaults.lam, help=f"GAE lambda, ppo only (default: {defaults.lam})")
-    p.add_argument("--step-weight", type=float, default=defaults.step_weight,
-                   help=f"weight of GiGPO's step part (default: {defaults.step_weight})")
-    p.add_argument("--norm", choices=["std", "mean"], default=defaults.norm,
-                   help=f"divide by the group std, or only subtract the mean (default: {defaults.norm})")
-    p.add_argument("--episode-stats", choices=["trajectory", "steps"], default=defaults.episode_stats,
+    p.add_argument("--step-weight", type=float, default=None,
+                   help=f"weight of GiGPO's step part (default: {recorded}{defaults.step_weight})")
+    p.add_argument("--norm", choices=["std", "mean"], default=None,
+                   help=f"divide by the group std, or only subtract the mean (default: {recorded}{defaults.norm})")
+    p.add_argument("--episode-stats", choices=["trajectory", "steps"], default=None,
                    help="episode statistics over trajectories (paper) or step rows "
-                   f"(default: {defaults.episode_stats})")
+                   f"(default: {recorded}{defaults.episode_stats})")
     p.add_argument("--similarity", type=float, default=defaults.similarity,
                    help="group anchors whose text similarity is >= this threshold in (0, 1] (default: exact anchors)")
     p.add_argument("--hgpo-history", type=int, default=defaults.hgpo_history,

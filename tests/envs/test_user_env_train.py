@@ -25,7 +25,8 @@ DOCS = ROOT / "docs" / "envs.md"
 SHRINK = ["env.max_steps=3", "env.num_groups=2", "env.group_size=2", "env.eval_episodes=2", "env.workers=1",
           "rollout.max_new_tokens=8", "trainer.iterations=2", "trainer.eval_every=1", "trainer.micro_token_budget=2048",
           "trainer.mini_batch_size=64", "logging.wandb_mode=disabled", "logging.progress=false",
-          "logging.rollouts_every=1"]
+          "logging.rollouts_every=1",
+          "algorithm.gamma=0.9", "algorithm.episode_stats=steps"]  # not the defaults: `gigpo advantage` reads them back
 
 
 def docs_recipe() -> str:
@@ -72,13 +73,13 @@ def test_gigpo_train_runs_an_env_from_the_users_module(tmp_path: Path) -> None:
         observations |= {step["obs"] for traj in lines[1:] for step in traj["steps"]}
     assert "No guess yet." in observations  # the example env's own first observation
 
-    # the real run's train record scored again by `gigpo advantage` gives the advantages its update used
+    # the real run's train record scored again by `gigpo advantage`, with the options its header names, gives
+    # the advantages its update used
     record = run / "records" / "000002-train.jsonl.gz"
     with gzip.open(record, "rt", encoding="utf-8") as f:
-        header, *trajs = [json.loads(line) for line in f]
-    options = [f"--{key.replace('_', '-')}={header[key]}" for key in ("estimator", "gamma", "step_weight", "norm",
-                                                                      "episode_stats")]
-    gigpo(work, env, "advantage", "--input", str(record), "--output", "adv.jsonl", *options)
+        _, *trajs = [json.loads(line) for line in f]
+    scoring = gigpo(work, env, "advantage", "--input", str(record), "--output", "adv.jsonl")
+    assert "estimator=gigpo gamma=0.9 step_weight=1.0 norm=std episode_stats=steps" in scoring.stderr
     scored = [json.loads(line)["advantage"] for line in (work / "adv.jsonl").read_text().splitlines()]
     recorded = [step["adv"] for traj in trajs for step in traj["steps"]]
     assert len(scored) == len(recorded) > 0
