@@ -12,13 +12,11 @@ learns keeps the tasks it started with and adds some; one that drifts wins some 
 """
 from __future__ import annotations
 
-import gzip
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from gigpo.viewer.record_files import RECORDS_DIR
+from gigpo.viewer.record_files import RECORDS_DIR, read_record
 
 
 @dataclass(frozen=True)
@@ -57,13 +55,8 @@ def _eval_records(run_dir: Path) -> list[Path]:
 
 
 def _tasks_of(record: Path) -> EvalTasks:
-    won: dict[int, bool] = {}
-    with gzip.open(record, "rt", encoding="utf-8") as f:
-        header = json.loads(f.readline())
-        for line in f:
-            row = json.loads(line)
-            if row.get("kind") == "traj":
-                won[int(row["seed"])] = bool(row["won"])
+    header, trajs = read_record(record)
+    won = {int(row["seed"]): bool(row["won"]) for row in trajs if row.get("kind") == "traj"}
     return EvalTasks(int(header["iteration"]), won)
 
 
