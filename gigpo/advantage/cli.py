@@ -18,14 +18,25 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from gigpo.config import AlgorithmConfig
+from gigpo.advantage.estimators import SUCCESSOR_OPTIONS
+from gigpo.config import AlgorithmConfig, RolloutConfig
 
 if TYPE_CHECKING:
     from gigpo.advantage import StepRows
 
 
-RECORDED_OPTIONS = ("estimator", "gamma", "step_weight", "norm", "episode_stats")
-"""The options a rollout record's header names: unless given, a record is scored with its run's own."""
+SHOWN_OPTIONS = ("estimator", "gamma", "step_weight", "norm", "episode_stats")
+"""The options the note on a scored record always names (the others only where they are not the defaults)."""
+RECORDED_OPTIONS = (*SHOWN_OPTIONS, "lam", "step_min_spread", "split_versions", *sorted(SUCCESSOR_OPTIONS))
+"""The options a rollout record's header names: unless given, a record is scored with its run's own (records
+written before a name was added lack it: the default then)."""
+
+
+def _default(name: str) -> Any:
+    """What training uses for `name` when a recipe does not set it."""
+    if name == "split_versions":
+        return RolloutConfig().group_versions != "mixed"
+    return getattr(AlgorithmConfig(), name)
 
 
 def read_input(source: str, similarity: Optional[float]) -> tuple["StepRows", Optional[dict[str, Any]]]:
@@ -59,15 +70,15 @@ def read_input(source: str, similarity: Optional[float]) -> tuple["StepRows", Op
 
 
 def _resolve_options(args: argparse.Namespace, header: Optional[dict[str, Any]]) -> None:
-    """Fill the options not given: from a record's header (what its run trained with), else AlgorithmConfig's."""
-    defaults = AlgorithmConfig()
+    """Fill the options not given: from a record's header (what its run trained with), else training's defaults."""
     for name in RECORDED_OPTIONS:
         if getattr(args, name) is None:
             recorded = (header or {}).get(name)
-            setattr(args, name, recorded if recorded is not None else getattr(defaults, name))
+            setattr(args, name, recorded if recorded is not None else _default(name))
     if header is None:
         return
-    used = " ".join(f"{name}={getattr(args, name)}" for name in RECORDED_OPTIONS)
+    shown = [*SHOWN_OPTIONS, *(n for n in RECORDED_OPTIONS[len(SHOWN_OPTIONS):] if getattr(args, n) != _default(n))]
+    used = " ".join(f"{name}={getattr(args, name)}" for name in shown)
     print(f"gigpo advantage: {args.input} is the {header.get('phase')} rollout record of iteration "
           f"{header.get('iteration')} ({header.get('groups_kept')} of {header.get('groups_total')} groups); "
           f"scored with {used} (options not given are the run's)", file=sys.stderr)
@@ -85,7 +96,8 @@ def _cmd_advantage(args: argparse.Namespace) -> int:
         _resolve_options(args, header)
         result = compute_advantages(
             args.estimator, rows, gamma=args.gamma, lam=args.lam, step_weight=args.step_weight, norm=args.norm,
-            episode_stats=args.episode_stats, similarity=args.similarity, **successor_options(args),
+            episode_stats=args.episode_stats, similarity=args.similarity, step_min_spread=args.step_min_spread,
+            split_versions=args.split_versions, **successor_options(args),
         )
     except (AdvantageInputError, OSError, EOFError) as exc:
         print(f"gigpo advantage: {exc}", file=sys.stderr)
@@ -113,7 +125,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--output", required=True, help="advantages, JSONL, one line per input row ('-' for stdout)")
     p.add_argument("--gamma", type=float, default=None,
                    help=f"discount of step returns (default: {recorded}{defaults.gamma})")
-    p.add_argument("--lam", type=float, default=defaults.lam, help=f"GAE lambda, ppo only (default: {defaults.lam})")
+    p.add_argument("--lam", type=float, default=None, help=f"GAE lambda, ppo only (default: {recorded}{defaults.lam})")
     p.add_argument("--step-weight", type=float, default=None,
                    help=f"weight of GiGPO's step part (default: {recorded}{defaults.step_weight})")
     p.add_argument("--norm", choices=["std", "mean"], default=None,
@@ -123,21 +135,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    f"(default: {recorded}{defaults.episode_stats})")
     p.add_argument("--similarity", type=float, default=defaults.similarity,
                    help="group anchors whose text similarity is >= this threshold in (0, 1] (default: exact anchors)")
-    p.add_argument("--hgpo-history", type=int, default=defaults.hgpo_history,
-                   help=f"hgpo: earlier steps in the longest history key (default: {defaults.hgpo_history})")
-    p.add_argument("--hgpo-alpha", type=float, default=defaults.hgpo_alpha,
-                   help=f"hgpo: a group keyed by L-1 states weighs L**alpha (default: {defaults.hgpo_alpha})")
-    p.add_argument("--hgpo-episode-group", action=argparse.BooleanOptionalAction, default=defaults.hgpo_episode_group,
+    p.add_argument("--step-min-spread", type=float, default=None,
+                   help="a step group whose returns spread less than this gets no step part "
+                   f"(default: {recorded}{defaults.step_min_spread})")
+    p.add_argument("--split-versions", action=argparse.BooleanOptionalAction, default=None,
+                   help="step groups split by policy version, as rollout.group_versions=separate trains "
+                   f"(default: {recorded}{_default('split_versions')}; rows without versions: no effect)")
+    p.add_argument("--hgpo-history", type=int, default=None,
+                   help=f"hgpo: earlier steps in the longest history key (default: {recorded}{defaults.hgpo_history})")
+    p.add_argument("--hgpo-alpha", type=float, default=None,
+                   help=f"hgpo: a group keyed by L-1 states weighs L**alpha (default: {recorded}{defaults.hgpo_alpha})")
+    p.add_argument("--hgpo-episode-group", action=argparse.BooleanOptionalAction, default=None,
                    help="hgpo: average the episode-level advantage in as one more group "
-                   f"(default: {defaults.hgpo_episode_group})")
-    p.add_argument("--graph-gamma", type=float, default=defaults.graph_gamma,
-                   help=f"graphgpo: step return 10 * graph_gamma**distance (default: {defaults.graph_gamma})")
-    p.add_argument("--graph-episode-weight", type=float, default=defaults.graph_episode_weight,
-                   help=f"graphgpo: weight of the episode part (default: {defaults.graph_episode_weight})")
-    p.add_argument("--graph-distance", choices=["absolute", "delta"], default=defaults.graph_distance,
-                   help=f"graphgpo: distance of the next state, or its change (default: {defaults.graph_distance})")
-    p.add_argument("--graph-goal-return", type=float, default=defaults.graph_goal_return,
+                   f"(default: {recorded}{defaults.hgpo_episode_group})")
+    p.add_argument("--graph-gamma", type=float, default=None,
+                   help=f"graphgpo: step return 10 * graph_gamma**distance (default: {recorded}{defaults.graph_gamma})")
+    p.add_argument("--graph-episode-weight", type=float, default=None,
+                   help=f"graphgpo: weight of the episode part (default: {recorded}{defaults.graph_episode_weight})")
+    p.add_argument("--graph-distance", choices=["absolute", "delta"], default=None,
+                   help="graphgpo: distance of the next state, or its change "
+                   f"(default: {recorded}{defaults.graph_distance})")
+    p.add_argument("--graph-goal-return", type=float, default=None,
                    help="graphgpo: a trajectory reached the goal when its return exceeds this "
-                   f"(default: {defaults.graph_goal_return})")
+                   f"(default: {recorded}{defaults.graph_goal_return})")
     p.add_argument("--stats", action="store_true", help="print step-group diagnostics (JSON) to stderr")
     p.set_defaults(func=_cmd_advantage)

@@ -15,6 +15,8 @@ header, every further line one trajectory with its steps in order:
             "reward": -0.1, "return": 0.7, "anchor": "9f1c...", "sg": 12, "sg_size": 5,
             "adv_episode": 0.3, "adv_step": -0.2, "adv": 0.1, "value": null, "version": 39, "cut": false}
 
+The header names every advantage option the update used (estimator, gamma, lam, step_weight, norm, episode_stats,
+similarity, step_min_spread, split_versions, hgpo_*, graph_*), so `gigpo advantage` can repeat it.
 `return` is the discounted return R_t; `sg` numbers the step groups of the record (rows of one group
 with the same anchor, or similar anchor text under algorithm.similarity: the grouping GiGPO uses, and
 would use for the other estimators); `adv*` are the estimator's parts as the update used them (null
@@ -203,11 +205,15 @@ class RolloutRecorder:
     @classmethod
     def from_config(cls, config: Any, run_dir: Path) -> "RolloutRecorder":
         lg, a, e = config.logging, config.algorithm, config.env
-        header = {"estimator": a.estimator, "gamma": a.gamma, "step_weight": a.step_weight, "norm": a.norm,
-                  "episode_stats": a.episode_stats, "similarity": a.similarity, "env": e.id, "group_size": e.group_size,
-                  "max_steps": e.max_steps}
+        from gigpo.advantage.estimators import successor_options
+
+        split_versions = config.rollout.group_versions != "mixed"
+        header = {"estimator": a.estimator, "gamma": a.gamma, "lam": a.lam, "step_weight": a.step_weight,
+                  "norm": a.norm, "episode_stats": a.episode_stats, "similarity": a.similarity,
+                  "step_min_spread": a.step_min_spread, "split_versions": split_versions, **successor_options(a),
+                  "env": e.id, "group_size": e.group_size, "max_steps": e.max_steps}
         return cls(Path(run_dir), lg.rollouts_every, int(lg.rollouts_max_mb * 1e6), lg.rollouts_max_chars, a.gamma,
-                   a.similarity, config.rollout.group_versions != "mixed", header)
+                   a.similarity, split_versions, header)
 
     def path(self, iteration: int, phase: str) -> Path:
         return self.run_dir / RECORDS_DIR / f"{record_name(iteration, phase)}.jsonl.gz"

@@ -159,3 +159,35 @@ def test_gigpo_advantage_scores_a_record_again_as_the_update_did(tmp_path: Path,
 
     assert main(["advantage", "--input", str(path), "--output", str(out), "--similarity", "0.9"]) == 2
     assert "keeps anchor keys, not the anchor texts" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("estimator, options", [
+    ("hgpo", dict(hgpo_history=1, hgpo_alpha=0.5, hgpo_episode_group=True)),
+    ("graphgpo", dict(graph_gamma=0.5, graph_distance="delta", graph_episode_weight=0.5, step_weight=2.0)),
+    ("gigpo", dict(step_min_spread=0.3, norm="mean")),
+    ("ppo", dict(lam=0.5)),
+])
+def test_a_record_keeps_every_option_its_estimator_used(tmp_path: Path, capsys, estimator: str, options: dict) -> None:
+    """A run with a successor estimator's or GiGPO's less common options: `gigpo advantage` on its record, given
+    no options, still returns the update's advantages (its header names them all, not only gamma and the norm)."""
+    from gigpo.advantage import read_advantages
+    from gigpo.advantage.cli import RECORDED_OPTIONS
+    from gigpo.cli import main
+
+    recorder = make_recorder(tmp_path, estimator, algorithm=options)
+    assert recorder.header["split_versions"] is True  # rollout.group_versions=separate, the default
+    trained_with = {name: recorder.header[name] for name in (*RECORDED_OPTIONS[1:], "similarity")}
+    assert {name: trained_with[name] for name in options} == options
+    steps, episodes, result = synthetic_rollout(n_groups=3, group_size=4, length=6, seed=3, estimator=estimator,
+                                                **trained_with)
+    assert result.advantage.std() > 0.1  # something to compare
+    path = recorder.after_advantage(1, True, result, episodes)
+    _, trajs = read_lines(path)
+    recorded = [st["adv"] for tr in trajs for st in tr["steps"]]
+    out = tmp_path / "adv.jsonl"
+    assert main(["advantage", "--input", str(path), "--output", str(out)]) == 0
+    note = capsys.readouterr().err
+    assert all(f"{name}={value}" in note for name, value in options.items())  # says what it scored with
+    # the record's 6 decimals; PPO's GAE also sums up to 1 / (1 - gamma * lam) of the record's rounded values
+    atol = (5e-7 + 1e-12) * (1 + 2 / (1 - 0.95 * options["lam"]) if estimator == "ppo" else 1)
+    np.testing.assert_allclose(read_advantages(out)["advantage"], recorded, rtol=0, atol=atol)

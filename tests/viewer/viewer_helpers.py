@@ -15,10 +15,10 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 
 
 def synthetic_rollout(n_groups: int, group_size: int, length: int, seed: int = 0, states: int = 3,
-                      obs_chars: int = 40, estimator: str = "gigpo"):
+                      obs_chars: int = 40, estimator: str = "gigpo", **options):
     """The steps (StepRows, as a rollout fills them) and EpisodeSummaries of a made-up env whose trajectories
     wander over `states` states per group (so states recur and step groups form), and the rows as the real
-    estimator scored them."""
+    estimator scored them (`options`: more of compute_advantages' keywords, e.g. hgpo_history)."""
     from gigpo.advantage.anchors import anchor_keys
     from gigpo.advantage.estimators import compute_advantages
     from gigpo.advantage.rows import StepRows
@@ -50,18 +50,19 @@ def synthetic_rollout(n_groups: int, group_size: int, length: int, seed: int = 0
     rows = StepRows(anchor=anchor_keys(columns["anchor_text"]), **columns)
     if estimator == "ppo":
         rows = replace(rows, value=rng.normal(size=len(steps)))
-    result = compute_advantages(estimator, rows, gamma=0.95, lam=1.0, step_weight=1.0, norm="std",
-                                episode_stats="trajectory", similarity=None, split_versions=True)
+    result = compute_advantages(estimator, rows, **{**dict(gamma=0.95, lam=1.0, step_weight=1.0, norm="std",
+                                episode_stats="trajectory", similarity=None, split_versions=True), **options})
     return rows, episodes, result
 
 
-def make_recorder(run_dir: Path, estimator: str = "gigpo", **logging):
-    """The trainer's recorder for a config with these `logging` keys (gamma 0.95, the default)."""
+def make_recorder(run_dir: Path, estimator: str = "gigpo", algorithm: dict | None = None, **logging):
+    """The trainer's recorder for a config with these `logging` keys and more `algorithm` keys (gamma 0.95,
+    the default)."""
     from gigpo.config import Config
     from gigpo.viewer.record_files import RolloutRecorder
 
     config = Config.model_validate({"model": {"init": "tiny"}, "env": {"id": "gigpo/Sokoban-v0", "max_steps": 8},
-                                    "algorithm": {"estimator": estimator}, "logging": logging})
+                                    "algorithm": {"estimator": estimator, **(algorithm or {})}, "logging": logging})
     return RolloutRecorder.from_config(config, run_dir)
 
 
