@@ -158,13 +158,23 @@ def write_record(path: Path, lines: Iterable[str]) -> Path:
     return path
 
 
+def _checked_header(path: Path, first: Any) -> dict[str, Any]:
+    if not isinstance(first, dict) or first.get("kind") != "header":
+        raise ValueError(f"{path}: not a rollout record (its first line is not a record header)")
+    return first
+
+
+def read_record_header(path: Path) -> dict[str, Any]:
+    """A record's header alone (the viewer's index of a long run reads every record's)."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return _checked_header(path, json.loads(f.readline() or "null"))
+
+
 def read_record(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A record's header and its trajectory lines; ValueError naming the file when it is not a record."""
     with gzip.open(path, "rt", encoding="utf-8") as f:
         lines = [json.loads(line) for line in f if line.strip()]
-    if not lines or not isinstance(lines[0], dict) or lines[0].get("kind") != "header":
-        raise ValueError(f"{path}: not a rollout record (its first line is not a record header)")
-    return lines[0], lines[1:]
+    return _checked_header(path, lines[0] if lines else None), lines[1:]
 
 
 def record_step_rows(path: Path) -> tuple[dict[str, Any], Any]:

@@ -5,7 +5,6 @@ without records/ still opens, with a notice saying what is missing and how to ge
 """
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
@@ -14,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from gigpo.viewer.record_files import RECORDS_DIR
+from gigpo.viewer.record_files import RECORDS_DIR, read_record_header
 
 RECORD_FILE = re.compile(r"^(\d{6,})-(train|eval)\.jsonl\.gz$")
 TABLE_KEYS = ("rollout/success", "rollout/return", "rollout/invalid_action_rate", "rollout/episode_length",
@@ -44,14 +43,6 @@ class RunIndex:
         return {"name": self.path.name, "path": str(self.path), "config": self.config, "metrics": self.metrics,
                 "curves": [list(c) for c in RUN_CURVES], "table_keys": list(TABLE_KEYS), "records": self.records,
                 "notices": self.notices}
-
-
-def read_header(path: Path) -> dict[str, Any]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        header = json.loads(f.readline())
-    if not isinstance(header, dict) or header.get("kind") != "header":
-        raise ValueError("its first line is not a record header")
-    return header
 
 
 def _config_summary(path: Path) -> dict[str, Any]:
@@ -108,7 +99,7 @@ def open_run(path: str | Path) -> RunIndex:
         if not match:
             continue
         try:
-            header = read_header(file)
+            header = read_record_header(file)
         except (OSError, EOFError, ValueError, zlib.error) as exc:  # e.g. cut short by a full disk
             notices.append(f"{RECORDS_DIR}/{file.name} is unreadable ({exc}); skipped")
             continue
