@@ -524,15 +524,15 @@ def paired_section(runs: dict[str, list[RunResult]], pair: tuple[str, str]) -> l
 
 
 def heldout_section(out: Path, pair: tuple[str, str], seeds: Sequence[int]) -> list[str]:
-    """Seed k of `pair`'s two algorithms, room by room at their final evaluations (gigpo/experiments/heldout.py)."""
+    """Seed k of `pair`'s two algorithms, task by task at their final evaluations (gigpo/experiments/heldout.py)."""
     from gigpo.experiments.heldout import final_eval_tasks, first_eval_tasks, task_agreement
 
     a, b = pair
-    lines = [f"## Rooms at the final evaluation: {a} vs {b}", "",
-             "Seed k of both evaluates the same held-out rooms; the rooms only one of them won carry the whole "
-             "difference (McNemar: exact two-sided binomial test of those counts, scipy.stats.binomtest). Read "
-             "from each run's last evaluation record.", "",
-             f"| seed | iteration | rooms | both won | only {a} | only {b} | neither | p (McNemar) |",
+    lines = [f"## Held-out tasks at the final evaluation: {a} vs {b}", "",
+             "Seed k of both evaluates the same held-out tasks (rooms, games, instructions: env seeds); the tasks "
+             "only one of them won carry the whole difference (McNemar: exact two-sided binomial test of those "
+             "counts, scipy.stats.binomtest). Read from each run's last evaluation record.", "",
+             f"| seed | iteration | tasks | both won | only {a} | only {b} | neither | p (McNemar) |",
              "|---|---|---|---|---|---|---|---|"]
     for seed in seeds:
         ra, rb = final_eval_tasks(run_dir_for(out, a, seed)), final_eval_tasks(run_dir_for(out, b, seed))
@@ -543,8 +543,8 @@ def heldout_section(out: Path, pair: tuple[str, str], seeds: Sequence[int]) -> l
         ag = task_agreement(ra.won, rb.won)
         lines.append(f"| {seed} | {ra.iteration} | {ag.tasks} | {ag.both} | {ag.only_a} | {ag.only_b} | {ag.neither} "
                      f"| {format_p(ag.p_mcnemar)} |")
-    lines += ["", "Each run's last evaluation against its own first (its start, the same rooms): a run that learns keeps "
-              "the rooms it started with and gains others; one that drifts gains and loses alike.", "",
+    lines += ["", "Each run's last evaluation against its own first (its start, the same tasks): a run that learns keeps "
+              "the tasks it started with and gains others; one that drifts gains and loses alike.", "",
               "| algorithm | seed | iterations | won at both | gained | lost | p (McNemar) |", "|---|---|---|---|---|---|---|"]
     for algo in pair:
         for seed in seeds:
