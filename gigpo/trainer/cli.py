@@ -11,8 +11,10 @@ from pathlib import Path
 def _cmd_train(args: argparse.Namespace) -> int:
     from gigpo.config import load_config
     from gigpo.trainer.batching import TokenBudgetError
+    from gigpo.trainer.checkpoint import latest_checkpoint
     from gigpo.trainer.loop import launch_or_train
     from gigpo.trainer.nonfinite import NonFiniteError
+    from gigpo.trainer.resume_config import ResumeConfigError, check_resumed_config
 
     from gigpo.infra.run_lock import RunDirInUse, run_dir_lock
     from gigpo.infra.stopping import StopRequested, stop_on_signals
@@ -31,8 +33,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if "WORLD_SIZE" in os.environ:  # a rank (ours or torchrun's): the process the user started holds the lock
             return launch_or_train(config, resume=args.resume)
         with run_dir_lock(Path(config.trainer.run_dir)):
+            if args.resume and (checkpoint := latest_checkpoint(config.trainer.run_dir)) is not None:
+                check_resumed_config(config, checkpoint)  # before config.yaml is replaced
             return launch_or_train(config, resume=args.resume)
-    except RunDirInUse as exc:
+    except (RunDirInUse, ResumeConfigError) as exc:
         print(f"gigpo: {exc}", file=sys.stderr)
         return 2
     except TokenBudgetError as exc:

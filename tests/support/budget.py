@@ -58,7 +58,7 @@ SLOW_ALLOWED: dict[str, str] = {
     "tests/rollout/test_async_rollout.py::test_greedy_async_turns_play_the_same_episodes_as_batched_turns":
         "a vLLM engine playing the same episodes two ways",
     "tests/trainer/test_train_loop.py::test_sigkill_in_iteration_3_then_resume_continues_exactly":
-        "a run killed with SIGKILL and resumed, compared with an unbroken one",
+        "a run killed with SIGKILL and resumed, compared with an unbroken one, then resumed with changed settings",
     "tests/trainer/test_async_mode.py::test_async_kill_9_then_resume_loses_at_most_one_iteration":
         "an async run killed and resumed",
     "tests/trainer/test_eval_compare.py":

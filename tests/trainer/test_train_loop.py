@@ -155,6 +155,18 @@ def test_sigkill_in_iteration_3_then_resume_continues_exactly(tmp_path: Path) ->
                                        "actor/grad_norm", "adv/advantage_std"))
     assert_same_weights(run, reference, 4, resumed_from=2)
 
+    # --resume checks the command's settings against the run's config.yaml (gigpo/trainer/resume_config.py):
+    # another seed stops it before anything loads; more iterations continue from checkpoint 4 and keep the
+    # settings that trained iterations 1-4 beside the new config.yaml
+    refused = train(run, *common, "trainer.iterations=5", "trainer.seed=12345", resume=True, check=False)
+    assert refused.returncode == 2 and "trainer.seed: " in refused.stderr, refused.stderr[-3000:]
+    assert [r["iteration"] for r in metrics(run)] == [0, 1, 2, 3, 4]
+    extended = train(run, *common, "trainer.iterations=5", resume=True)
+    assert "trainer.iterations: 4 -> 5" in extended.stdout, extended.stdout[-3000:]
+    assert load_config(run / "config.to-iteration-4.yaml").trainer.iterations == 4
+    assert load_config(run / "config.yaml").trainer.iterations == 5
+    assert [r["iteration"] for r in metrics(run)] == [0, 1, 2, 3, 4, 5]
+
 
 def test_dynamic_sampling_redraws_then_skips_an_update_without_signal(tmp_path: Path) -> None:
     # an untrained model never writes a parsable action, so every episode of a group has the same
