@@ -30,7 +30,8 @@ class ResumeConfigError(ValueError):
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(data, dict) or not data and prefix:
+    """Nested sections as dotted keys; a leaf (or an empty section) is one value."""
+    if not isinstance(data, dict) or (not data and prefix):
         return {prefix: data}
     flat: dict[str, Any] = {}
     for key, value in data.items():
