@@ -11,10 +11,11 @@ from __future__ import annotations
 import copy
 import difflib
 from pathlib import Path
-from typing import Any, Literal, Optional, get_args
+from typing import Any, Iterator, Literal, Optional, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from gigpo.infra.cores import share_of_cores
 
@@ -27,19 +28,24 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+FIXED_ON_RESUME: dict[str, Any] = {"fixed_on_resume": True}
+"""Marks a field (json_schema_extra) that defines the experiment: `--resume` refuses a change to it, since the
+checkpoint's weights or its first iterations would then belong to another run (gigpo.trainer.resume_config)."""
+
+
 class LoraConfig(Section):
     """LoRA adapters (peft) on the policy, and on PPO's critic: only they (and the critic's value
     head) are trained; the base weights stay frozen, and the KL reference is the same model with its
     adapters switched off, so no second copy is loaded."""
 
-    enabled: bool = False
-    rank: int = Field(16, ge=1)
+    enabled: bool = Field(False, json_schema_extra=FIXED_ON_RESUME)
+    rank: int = Field(16, ge=1, json_schema_extra=FIXED_ON_RESUME)
     """r: rank of each adapter's B @ A."""
-    alpha: float = Field(32.0, gt=0)
+    alpha: float = Field(32.0, gt=0, json_schema_extra=FIXED_ON_RESUME)
     """The adapter's update is scaled by alpha / rank."""
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     """Dropout on the adapters' input while training (off while scoring log-probs)."""
-    target_modules: list[str] = Field(default_factory=lambda: ["all-linear"])
+    target_modules: list[str] = Field(default_factory=lambda: ["all-linear"], json_schema_extra=FIXED_ON_RESUME)
     """Module names (or name suffixes) to adapt; ["all-linear"]: every linear layer but the output head."""
 
     @field_validator("target_modules")
@@ -62,11 +68,11 @@ class LoraConfig(Section):
 class ModelConfig(Section):
     """Which policy to train: a Hugging Face id/directory, or a small model built locally."""
 
-    path: Optional[str] = None
+    path: Optional[str] = Field(None, json_schema_extra=FIXED_ON_RESUME)
     """Hugging Face model id or local directory (loaded with from_pretrained, unchanged code path)."""
-    init: Optional[str] = None
+    init: Optional[str] = Field(None, json_schema_extra=FIXED_ON_RESUME)
     """Build a model locally from a preset (tiny, small, base05b); cached by config hash."""
-    corpus: Optional[str] = None
+    corpus: Optional[str] = Field(None, json_schema_extra=FIXED_ON_RESUME)
     """Text file to train the local tokenizer on (with `init`); default: built-in environment texts."""
     dtype: Literal["bf16", "fp32"] = "bf16"
     """Weights and compute. A CPU without AVX-512 emulates bf16 (about 100x slower than fp32; `gigpo train`
@@ -228,7 +234,7 @@ class RolloutConfig(Section):
 class EnvConfig(Section):
     """Which environment, how many tasks and group members, and how episodes run."""
 
-    id: str = "gigpo/Sokoban-v0"
+    id: str = Field("gigpo/Sokoban-v0", json_schema_extra=FIXED_ON_RESUME)
     """Gymnasium id of an agent environment: a built-in one, "module:Id" for one that your module registers
     (imported first, as gymnasium.make does), or one an installed package declares (docs/envs.md)."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -274,7 +280,7 @@ class EnvConfig(Section):
 class AlgorithmConfig(Section):
     """Advantage estimator and PPO-clip loss."""
 
-    estimator: str = "gigpo"
+    estimator: str = Field("gigpo", json_schema_extra=FIXED_ON_RESUME)
     gamma: float = Field(0.95, ge=0.0, le=1.0)
     lam: float = Field(0.95, ge=0.0, le=1.0)
     step_weight: float = 1.0
@@ -423,7 +429,7 @@ class TrainerConfig(Section):
     """On CUDA: keep the KL reference in host RAM while the generator runs, and on the GPU only for the
     log-probs and update phase (frees its weights for vLLM's KV cache). ZeRO 0-2 only (under ZeRO-3 each
     rank holds 1/nprocs of it). No effect on CPU."""
-    seed: int = 0
+    seed: int = Field(0, json_schema_extra=FIXED_ON_RESUME)
     run_dir: str = "runs/default"
     save_every: int = Field(10, ge=1)
     keep_last: int = Field(2, ge=1)
@@ -605,14 +611,24 @@ def _load_with_bases(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     return _deep_merge(_load_with_bases(path.parent / base, seen + (path,)), data)
 
 
-def _valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
-    keys = []
+def _fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
+    """Every field of a config section and its subsections, by dotted name, sections before their fields."""
     for name, field in model.model_fields.items():
-        keys.append(prefix + name)
+        yield prefix + name, field
         ann = field.annotation
         if isinstance(ann, type) and issubclass(ann, BaseModel):
-            keys.extend(_valid_keys(ann, prefix + name + "."))
-    return keys
+            yield from _fields(ann, prefix + name + ".")
+
+
+def _valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    return [name for name, _ in _fields(model, prefix)]
+
+
+def fixed_on_resume_keys() -> tuple[str, ...]:
+    """The dotted names of the fields marked FIXED_ON_RESUME: marked where they are declared, so a new setting that
+    defines the experiment is marked beside its siblings rather than in a list elsewhere."""
+    return tuple(name for name, field in _fields(Config)
+                 if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("fixed_on_resume"))
 
 
 def _takes_text(parts: list[str]) -> bool:

@@ -15,11 +15,11 @@ from typing import Any, Optional
 
 import yaml
 
-from gigpo.config import Config
+from gigpo.config import Config, fixed_on_resume_keys
 
-FIXED_ON_RESUME = ("model.path", "model.init", "model.corpus", "model.lora.enabled", "model.lora.rank",
-                   "model.lora.target_modules", "env.id", "algorithm.estimator", "trainer.seed")
-"""Settings a resumed run must share with the iterations it continues."""
+FIXED_ON_RESUME = fixed_on_resume_keys()
+"""Settings a resumed run must share with the iterations it continues (marked in gigpo.config: the model and its
+adapter shape, the environment, the estimator, the seed)."""
 WHERE_IT_IS = ("trainer.run_dir",)
 """Where the run lies, not how it trains: a run directory that was moved resumes from its new place."""
 ABSENT = "(absent)"

@@ -22,12 +22,14 @@ def started_run(run_dir: Path, *overrides: str) -> Path:
     return run_dir / "checkpoints" / "3"
 
 
-def test_a_resume_that_changes_the_estimator_or_seed_stops_and_leaves_the_run_as_it_was(tmp_path: Path) -> None:
+def test_a_resume_that_changes_the_estimator_seed_env_or_adapter_scale_stops_and_leaves_the_run_as_it_was(tmp_path: Path) -> None:
     run = tmp_path / "run"
     checkpoint = started_run(run, "algorithm.estimator=gigpo")
     saved = (run / "config.yaml").read_text()
     for overrides, key in ((["algorithm.estimator=grpo"], "algorithm.estimator"), (["trainer.seed=7"], "trainer.seed"),
-                           (["env.id=gigpo/TwentyFour-v0", "env.kwargs={}"], "env.id")):
+                           (["env.id=gigpo/TwentyFour-v0", "env.kwargs={}"], "env.id"),
+                           # the adapter's scale: the checkpoint's adapter weights would act as another policy
+                           (["model.lora.alpha=8"], "model.lora.alpha")):
         config = load_config(RECIPE, [f"trainer.run_dir={run}", "algorithm.estimator=gigpo", *overrides])
         with pytest.raises(ResumeConfigError, match=f"{key}: .* there, .* now") as raised:
             check_resumed_config(config, checkpoint)
