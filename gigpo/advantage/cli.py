@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from gigpo.advantage.estimators import SUCCESSOR_OPTIONS
+from gigpo.advantage.estimators import AdvantageOptions
 from gigpo.config import AlgorithmConfig, RolloutConfig
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 
 SHOWN_OPTIONS = ("estimator", "gamma", "step_weight", "norm", "episode_stats")
 """The options the note on a scored record always names (the others only where they are not the defaults)."""
-RECORDED_OPTIONS = (*SHOWN_OPTIONS, "lam", "step_min_spread", "split_versions", *sorted(SUCCESSOR_OPTIONS))
+RECORDED_OPTIONS = (*SHOWN_OPTIONS, *(f.name for f in fields(AdvantageOptions) if f.name not in SHOWN_OPTIONS
+                                     and f.name != "similarity"))  # a record keeps anchor keys: no similarity
 """The options a rollout record's header names: unless given, a record is scored with its run's own (records
 written before a name was added lack it: the default then)."""
 
@@ -89,16 +91,12 @@ def _resolve_options(args: argparse.Namespace, header: Optional[dict[str, Any]])
 
 def _cmd_advantage(args: argparse.Namespace) -> int:
     from gigpo.advantage import AdvantageInputError, compute_advantages, step_group_diagnostics, write_advantages
-    from gigpo.advantage.estimators import successor_options
+    from gigpo.advantage.estimators import advantage_options
 
     try:
         rows, header = read_input(args.input, args.similarity)
         _resolve_options(args, header)
-        result = compute_advantages(
-            args.estimator, rows, gamma=args.gamma, lam=args.lam, step_weight=args.step_weight, norm=args.norm,
-            episode_stats=args.episode_stats, similarity=args.similarity, step_min_spread=args.step_min_spread,
-            split_versions=args.split_versions, **successor_options(args),
-        )
+        result = compute_advantages(args.estimator, rows, **advantage_options(args, args.split_versions))
     except (AdvantageInputError, OSError, EOFError) as exc:
         print(f"gigpo advantage: {exc}", file=sys.stderr)
         return 2

@@ -133,6 +133,14 @@ def successor_options(source: object) -> dict[str, Any]:
     return {name: getattr(source, name) for name in sorted(SUCCESSOR_OPTIONS)}
 
 
+def advantage_options(source: object, split_versions: bool) -> dict[str, Any]:
+    """Every field of AdvantageOptions, read as attributes of `source` (AlgorithmConfig, parsed CLI arguments), and
+    split_versions as given (training takes it from rollout.group_versions). One list for the three that must agree:
+    the update's call of compute_advantages, a rollout record's header, and `gigpo advantage` repeating the update."""
+    return {f.name: split_versions if f.name == "split_versions" else getattr(source, f.name)
+            for f in fields(AdvantageOptions)}
+
+
 Estimator = Callable[[StepRows, AdvantageOptions], StepRows]
 ESTIMATORS: dict[str, Estimator] = {}
 

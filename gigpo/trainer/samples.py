@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import torch
 from torch import Tensor
 
-from gigpo.advantage.estimators import compute_advantages, successor_options
+from gigpo.advantage.estimators import advantage_options, compute_advantages
 from gigpo.advantage.rows import StepRows
 from gigpo.infra.seeds import placebo_order
 from gigpo.trainer.action_tokens import action_token_mask
@@ -42,10 +42,7 @@ def with_advantages(rows: StepRows, algorithm: "AlgorithmConfig", split_versions
     a = algorithm
     if token_values is not None:
         rows = rows.with_columns(token_values=tuple(token_values), value=[float(v[0]) for v in token_values])
-    scored = compute_advantages(a.estimator, rows, gamma=a.gamma, lam=a.lam, step_weight=a.step_weight, norm=a.norm,
-                                episode_stats=a.episode_stats, similarity=a.similarity,
-                                step_min_spread=a.step_min_spread, split_versions=split_versions,
-                                **successor_options(a))
+    scored = compute_advantages(a.estimator, rows, **advantage_options(a, split_versions))
     require_finite("advantages", scored.advantage, where)
     if placebo is not None:
         order = placebo_order(len(scored), *placebo)

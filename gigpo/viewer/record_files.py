@@ -215,12 +215,10 @@ class RolloutRecorder:
     @classmethod
     def from_config(cls, config: Any, run_dir: Path) -> "RolloutRecorder":
         lg, a, e = config.logging, config.algorithm, config.env
-        from gigpo.advantage.estimators import successor_options
+        from gigpo.advantage.estimators import advantage_options
 
         split_versions = config.rollout.group_versions != "mixed"
-        header = {"estimator": a.estimator, "gamma": a.gamma, "lam": a.lam, "step_weight": a.step_weight,
-                  "norm": a.norm, "episode_stats": a.episode_stats, "similarity": a.similarity,
-                  "step_min_spread": a.step_min_spread, "split_versions": split_versions, **successor_options(a),
+        header = {"estimator": a.estimator, **advantage_options(a, split_versions),
                   "env": e.id, "group_size": e.group_size, "max_steps": e.max_steps}
         return cls(Path(run_dir), lg.rollouts_every, int(lg.rollouts_max_mb * 1e6), lg.rollouts_max_chars, a.gamma,
                    a.similarity, split_versions, header)
