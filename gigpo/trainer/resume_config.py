@@ -17,16 +17,16 @@ import yaml
 
 from gigpo.config import Config, fixed_on_resume_keys
 
-FIXED_ON_RESUME = fixed_on_resume_keys()
-"""Settings a resumed run must share with the iterations it continues (marked in gigpo.config: the model and its
-adapter shape, the environment, the estimator, the seed)."""
+FIXED_KEYS = fixed_on_resume_keys()
+"""Settings a resumed run must share with the iterations it continues: the fields marked FIXED_ON_RESUME in
+gigpo.config (the model and its adapter shape and scale, the environment, the estimator, the seed)."""
 WHERE_IT_IS = ("trainer.run_dir",)
 """Where the run lies, not how it trains: a run directory that was moved resumes from its new place."""
 ABSENT = "(absent)"
 
 
 class ResumeConfigError(ValueError):
-    """`--resume` with a setting that FIXED_ON_RESUME keeps."""
+    """`--resume` with a setting that FIXED_KEYS keeps."""
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -51,7 +51,7 @@ def config_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, t
 
 def check_resumed_config(config: Config, checkpoint: Path) -> Optional[Path]:
     """Compare `config` with the run directory's config.yaml before a resume from `checkpoint`: raise on a change
-    to FIXED_ON_RESUME, else keep the old file as config.to-iteration-<N>.yaml (returned) when anything changed,
+    to FIXED_KEYS, else keep the old file as config.to-iteration-<N>.yaml (returned) when anything changed,
     and say what did. None when the run has no config.yaml or nothing changed."""
     run_dir = Path(config.trainer.run_dir)
     saved = run_dir / "config.yaml"
@@ -59,7 +59,7 @@ def check_resumed_config(config: Config, checkpoint: Path) -> Optional[Path]:
         return None
     changes = config_changes(yaml.safe_load(saved.read_text()) or {}, config.model_dump(mode="json"))
     iteration = int(checkpoint.name)
-    fixed = {key: change for key, change in changes.items() if key in FIXED_ON_RESUME}
+    fixed = {key: change for key, change in changes.items() if key in FIXED_KEYS}
     if fixed:
         listed = "; ".join(f"{key}: {old!r} there, {new!r} now" for key, (old, new) in fixed.items())
         raise ResumeConfigError(
