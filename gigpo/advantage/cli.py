@@ -71,12 +71,19 @@ def read_input(source: str, similarity: Optional[float]) -> tuple["StepRows", Op
     return rows, header
 
 
+def recorded_options(header: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """The options a rollout record's run trained with: its header's, else training's defaults (a record written
+    before an option existed lacks it). What a record is scored with when nothing overrides them."""
+    header = header or {}
+    return {name: header[name] if header.get(name) is not None else _default(name) for name in RECORDED_OPTIONS}
+
+
 def _resolve_options(args: argparse.Namespace, header: Optional[dict[str, Any]]) -> None:
     """Fill the options not given: from a record's header (what its run trained with), else training's defaults."""
+    recorded = recorded_options(header)
     for name in RECORDED_OPTIONS:
         if getattr(args, name) is None:
-            recorded = (header or {}).get(name)
-            setattr(args, name, recorded if recorded is not None else _default(name))
+            setattr(args, name, recorded[name])
     if header is None:
         return
     shown = [*SHOWN_OPTIONS, *(n for n in RECORDED_OPTIONS[len(SHOWN_OPTIONS):] if getattr(args, n) != _default(n))]

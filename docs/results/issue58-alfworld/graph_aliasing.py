@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from gigpo.advantage import compute_advantages
-from gigpo.advantage.cli import RECORDED_OPTIONS, _default
+from gigpo.advantage.cli import recorded_options
 from gigpo.advantage.estimators import advantage_options, step_groups
 from gigpo.advantage.graphgpo import goal_distances
 from gigpo.advantage.rows import StepRows
@@ -62,8 +62,7 @@ def next_state_distance(rows: StepRows, goal_return: float) -> tuple[np.ndarray,
 
 
 def graphgpo_step_part(rows: StepRows, header: dict) -> np.ndarray:
-    recorded = {n: header.get(n) if header.get(n) is not None else _default(n) for n in RECORDED_OPTIONS}
-    options = argparse.Namespace(**recorded, similarity=None)
+    options = argparse.Namespace(**recorded_options(header), similarity=None)
     return compute_advantages("graphgpo", rows, **advantage_options(options, options.split_versions)).step_advantage
 
 
